@@ -1,0 +1,172 @@
+"""Cases: one op at one TP size with one overlap setting. Their ids are readable and round-trip.
+
+Case id  = "<op>-tp<N>-<variant>", also the folder cases/<op>/tp<N>/<variant>/ .
+Variant  = none                       collectives on, no overlap (the reference)
+         | nocomm                     same sharded GEMMs/norms, collectives removed (the bound)
+         | chunked.n<N>               torch backend: GEMM split into N chunks, async collectives
+         | ub.<preset>[+<gemm>.<method>[.<knob><int>]...]...
+                                      TE userbuffers: a named ub_cfgs preset ("te" = TE's defaults),
+                                      then per-GEMM overrides, e.g. ub.te+dgrad.bulk.sm8.cga2
+Knobs: sm=num_sm cga=cga_size margin=set_sm_margin split=num_splits agg=aggregate ce=use_ce.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .ops import OP_GEMMS, OPS
+
+METHODS = {"ring": "ring_exchange", "bulk": "bulk", "pipe": "pipeline"}
+METHOD_TOKENS = {v: k for k, v in METHODS.items()}
+KNOBS = {"sm": "num_sm", "cga": "cga_size", "margin": "set_sm_margin", "split": "num_splits",
+         "agg": "aggregate", "ce": "use_ce"}
+KNOB_TOKENS = {v: k for k, v in KNOBS.items()}
+BOOL_KNOBS = {"set_sm_margin", "aggregate", "use_ce"}
+KINDS = ("none", "nocomm", "chunked", "ub")
+
+_PRESET_RE = re.compile(r"^[a-z0-9_]+$")
+_KNOB_RE = re.compile(r"^([a-z]+)(\d+)$")
+# Snakemake wildcard constraints matching what format_variant() writes.
+WILDCARD_CONSTRAINTS = {
+    "op": "|".join(OPS),
+    "tp": r"\d+",
+    "variant": r"(none|nocomm|chunked\.n\d+|ub\.[a-z0-9_]+(\+[a-z]+(\.[a-z]+\d*)+)*)",
+}
+
+
+class CaseIdError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class GemmOverride:
+    gemm: str                       # fprop | dgrad | wgrad
+    method: str                     # ring_exchange | bulk | pipeline
+    knobs: tuple[tuple[str, int], ...] = ()   # sorted (name, value), TE knob names
+
+    def as_ub_cfg(self) -> dict:
+        return {"method": self.method, **dict(self.knobs)}
+
+    def token(self) -> str:
+        parts = [self.gemm, METHOD_TOKENS[self.method]]
+        parts += [f"{KNOB_TOKENS[k]}{v}" for k, v in self.knobs]
+        return ".".join(parts)
+
+
+@dataclass(frozen=True)
+class Variant:
+    kind: str                       # none | nocomm | chunked | ub
+    chunks: int = 1                 # chunked
+    preset: str = ""                # ub
+    overrides: tuple[GemmOverride, ...] = field(default=())
+
+    @property
+    def overlapped(self) -> bool:
+        return self.kind in ("chunked", "ub")
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str
+    tp: int
+    variant: Variant
+
+    @property
+    def id(self) -> str:
+        return f"{self.op}-tp{self.tp}-{format_variant(self.variant)}"
+
+    @property
+    def variant_id(self) -> str:
+        return format_variant(self.variant)
+
+    @property
+    def dir(self) -> str:
+        """Folder of this case below outputs/<run>/."""
+        return f"cases/{self.op}/tp{self.tp}/{self.variant_id}"
+
+    def with_variant(self, v: Variant) -> "Case":
+        return Case(self.op, self.tp, v)
+
+
+def make_override(gemm: str, method: str, **knobs: int) -> GemmOverride:
+    if method in METHODS:
+        method = METHODS[method]
+    if method not in METHOD_TOKENS:
+        raise CaseIdError(f"unknown overlap method {method!r}: expected one of {', '.join(METHOD_TOKENS)}")
+    if gemm not in ("fprop", "dgrad", "wgrad"):
+        raise CaseIdError(f"unknown GEMM {gemm!r}: expected fprop, dgrad or wgrad")
+    out = []
+    for name, value in knobs.items():
+        name = KNOBS.get(name, name)
+        if name not in KNOB_TOKENS:
+            raise CaseIdError(f"unknown TE knob {name!r}: expected one of {', '.join(KNOB_TOKENS)}")
+        value = int(value)
+        if value < 0 or (name in BOOL_KNOBS and value > 1):
+            raise CaseIdError(f"knob {name}={value} out of range")
+        out.append((name, value))
+    return GemmOverride(gemm, method, tuple(sorted(out, key=lambda kv: list(KNOB_TOKENS).index(kv[0]))))
+
+
+def format_variant(v: Variant) -> str:
+    if v.kind in ("none", "nocomm"):
+        return v.kind
+    if v.kind == "chunked":
+        return f"chunked.n{v.chunks}"
+    if v.kind == "ub":
+        ovs = sorted(v.overrides, key=lambda o: ("fprop", "dgrad", "wgrad").index(o.gemm))
+        return "+".join([f"ub.{v.preset}"] + [o.token() for o in ovs])
+    raise CaseIdError(f"unknown variant kind {v.kind!r}")
+
+
+def parse_variant(s: str) -> Variant:
+    if s in ("none", "nocomm"):
+        return Variant(s)
+    m = re.fullmatch(r"chunked\.n(\d+)", s)
+    if m:
+        n = int(m.group(1))
+        if n < 1:
+            raise CaseIdError(f"variant {s!r}: chunk count must be >= 1")
+        return Variant("chunked", chunks=n)
+    if s.startswith("ub."):
+        head, *rest = s.split("+")
+        preset = head[3:]
+        if not _PRESET_RE.match(preset):
+            raise CaseIdError(f"variant {s!r}: preset name {preset!r} must match [a-z0-9_]+")
+        ovs, seen = [], set()
+        for tok in rest:
+            gemm, method, *knobs = tok.split(".") + ([] if "." in tok else [""])
+            if method not in METHODS:
+                raise CaseIdError(f"variant {s!r}: {tok!r} needs <gemm>.<ring|bulk|pipe>[.<knob><int>]...")
+            kv = {}
+            for k in knobs:
+                km = _KNOB_RE.match(k)
+                if not km or km.group(1) not in KNOBS:
+                    raise CaseIdError(f"variant {s!r}: bad knob {k!r} (expected one of "
+                                      f"{', '.join(t + '<int>' for t in KNOBS)})")
+                kv[km.group(1)] = int(km.group(2))
+            if gemm in seen:
+                raise CaseIdError(f"variant {s!r}: GEMM {gemm!r} overridden twice")
+            seen.add(gemm)
+            ovs.append(make_override(gemm, method, **kv))
+        return Variant("ub", preset=preset, overrides=tuple(ovs))
+    raise CaseIdError(f"unknown variant {s!r}: expected none, nocomm, chunked.n<N> or ub.<preset>[+...]")
+
+
+def parse_case_id(case_id: str) -> Case:
+    m = re.fullmatch(r"([a-z0-9]+)-tp(\d+)-(.+)", case_id)
+    if not m:
+        raise CaseIdError(f"bad case id {case_id!r}: expected <op>-tp<N>-<variant>")
+    return make_case(m.group(1), int(m.group(2)), m.group(3))
+
+
+def make_case(op: str, tp: int | str, variant: str | Variant) -> Case:
+    if op not in OPS:
+        raise CaseIdError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+    tp = int(tp)
+    if tp < 1:
+        raise CaseIdError(f"TP size must be >= 1, got {tp}")
+    v = parse_variant(variant) if isinstance(variant, str) else variant
+    for o in v.overrides:
+        if o.gemm not in OP_GEMMS[op]:
+            raise CaseIdError(f"op {op} has no overlappable {o.gemm} GEMM (has {', '.join(OP_GEMMS[op])})")
+    return Case(op, tp, v)
