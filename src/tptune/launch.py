@@ -1,0 +1,303 @@
+"""Client side of profiling: take GPUs, reach a warm worker group (or start one), run a case, write run.json.
+
+Whatever happens to the case (a rank raising, OOM, UB init failure, a hang, a dying rank), a run.json
+with status "failed" and the reason is written, the GPUs are released, and the caller goes on.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+from .cases import Case
+from .envinfo import launch_env
+from .gpupool import GpuPool, count_gpus, visible_ids
+from .model import ModelConfig
+from .worker.timing import slowest_rank, stats
+
+RUN_JSON = "run.json"
+_FAILURE_RULES = [  # (substring, kind, transient) - first match wins
+    ("out of memory", "oom", False),
+    ("OutOfMemoryError", "oom", False),
+    ("userbuffers", "ub_init", False),
+    ("initialize_ub", "ub_init", False),
+    ("ub_cfgs", "ub_init", False),
+    ("NCCL error", "comm", True),
+    ("Connection reset", "comm", True),
+    ("Connection closed by peer", "comm", True),
+]
+
+
+def classify_failure(text: str) -> tuple[str, bool]:
+    for needle, kind, transient in _FAILURE_RULES:
+        if needle.lower() in text.lower():
+            return kind, transient
+    return "exception", False
+
+
+def _code_signature(extra: dict) -> str:
+    """Workers are reused only by clients running the same code with the same launch settings."""
+    h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode() + __version__.encode())
+    for f in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+class WorkerGroup:
+    """A registry entry for one warm worker group on a set of GPUs."""
+
+    def __init__(self, pool_dir: Path, gpus: list[str], tp: int, sig: str):
+        self.pool_dir, self.gpus, self.tp, self.sig = pool_dir, gpus, tp, sig
+        key = "-".join(gpus)
+        self.entry = pool_dir / f"srv-{key}.json"
+        self.socket = pool_dir / f"srv-{key}.sock"
+        self.log = pool_dir / f"srv-{key}.log"
+
+    def info(self) -> dict | None:
+        try:
+            return json.loads(self.entry.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self) -> bool:
+        info = self.info()
+        if not info:
+            return False
+        try:
+            os.kill(info["pid"], 0)
+        except OSError:
+            return False
+        return info.get("sig") == self.sig and info.get("tp") == self.tp and self.socket.exists()
+
+    def stop(self, grace: float = 5.0) -> None:
+        info = self.info()
+        if info:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(grace)
+                    s.connect(str(self.socket))
+                    s.sendall(b'{"cmd": "exit"}\n')
+            except OSError:
+                pass
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _pid_alive(info["pid"]):
+                time.sleep(0.05)
+            kill_group(info["pgid"])
+        self.entry.unlink(missing_ok=True)
+        self.socket.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie child of ours still "exists"
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return True
+
+
+def kill_group(pgid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            return
+        time.sleep(0.5)
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+class Launcher:
+    def __init__(self, settings: dict):
+        self.settings = settings
+        lc = settings["launcher"]
+        self.device = settings["device"]  # cpu | cuda
+        self.pool_dir = Path(lc["pool_dir"]) / os.environ.get("USER", str(os.getuid()))
+        self.pool_dir.mkdir(parents=True, exist_ok=True)
+        n = count_gpus() if self.device == "cuda" else lc["cpu_slots"]
+        ids = visible_ids(n) if self.device == "cuda" else [str(i) for i in range(n)]
+        self.pool = GpuPool(self.pool_dir / "locks", ids)
+        self.sig = _code_signature({"backend": settings["backend"], "device": self.device,
+                                    "multicast": lc["multicast"], "env": lc.get("env", {}),
+                                    "python": sys.executable})
+
+    # -- worker groups ------------------------------------------------------------------------
+    def _warm_sets(self, tp: int) -> list[list[str]]:
+        sets = []
+        for entry in self.pool_dir.glob("srv-*.json"):
+            gpus = entry.stem[4:].split("-")
+            if len(gpus) == tp and WorkerGroup(self.pool_dir, gpus, tp, self.sig).alive():
+                sets.append(gpus)
+        return sets
+
+    def _retire_overlapping(self, gpus: list[str], keep: WorkerGroup) -> None:
+        """Idle groups on any of our GPUs hold memory there: stop them (we hold the locks, so they are idle)."""
+        for entry in self.pool_dir.glob("srv-*.json"):
+            other = entry.stem[4:].split("-")
+            if other != keep.gpus and set(other) & set(gpus):
+                WorkerGroup(self.pool_dir, other, len(other), "").stop()
+
+    def _start(self, group: WorkerGroup) -> subprocess.Popen:
+        lc = self.settings["launcher"]
+        extra = {"CUDA_VISIBLE_DEVICES": ",".join(group.gpus)} if self.device == "cuda" else {}
+        if self.device == "cpu":
+            extra["OMP_NUM_THREADS"] = str(lc.get("cpu_threads_per_rank", 1))
+        extra.update({k: str(v) for k, v in lc.get("env", {}).items()})
+        env = launch_env(os.environ, multicast=lc["multicast"], extra=extra)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={group.tp}", "-m", "tptune.worker.server",
+               "--socket", str(group.socket), "--idle-timeout", str(lc["idle_timeout_s"]),
+               "--device", self.device]
+        group.socket.unlink(missing_ok=True)
+        log = open(group.log, "wb")
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        group.entry.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "sig": self.sig,
+                                           "tp": group.tp, "gpus": group.gpus, "started": time.time()}))
+        return proc
+
+    # -- one attempt --------------------------------------------------------------------------
+    def _attempt(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict) -> dict:
+        lc = self.settings["launcher"]
+        with self.pool.acquire(case.tp, prefer=self._warm_sets(case.tp)) as gpus:
+            group = WorkerGroup(self.pool_dir, gpus, case.tp, self.sig)
+            started = not group.alive()
+            t0 = time.monotonic()
+            proc = None
+            if started:
+                self._retire_overlapping(gpus, group)
+                group.stop()
+                proc = self._start(group)
+                deadline = t0 + lc["startup_timeout_s"]
+                while not group.socket.exists():
+                    if proc.poll() is not None:
+                        return _failure("init", True, f"worker group exited during start-up (code "
+                                        f"{proc.returncode}): {_tail(group.log, 2000)}", gpus, started)
+                    if time.monotonic() > deadline:
+                        kill_group(proc.pid)
+                        return _failure("timeout", False, f"worker start-up exceeded {lc['startup_timeout_s']}s",
+                                        gpus, started)
+                    time.sleep(0.05)
+            t_ready = time.monotonic()
+            request = {"case": case.id, "out_dir": str(out_dir.resolve()), "model": mc.to_dict(),
+                       "settings": settings}
+            reply = None
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(lc["case_timeout_s"])
+                    s.connect(str(group.socket))
+                    s.sendall(json.dumps(request).encode() + b"\n")
+                    buf = b""
+                    while not buf.endswith(b"\n"):
+                        chunk = s.recv(1 << 20)
+                        if not chunk:
+                            break
+                        buf += chunk
+                reply = json.loads(buf) if buf.strip() else None
+            except (socket.timeout, TimeoutError):
+                group.stop(grace=0.5)
+                return _failure("timeout", False, f"no result within case_timeout_s={lc['case_timeout_s']}s "
+                                "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
+            except OSError as exc:
+                reply = None
+                conn_error = str(exc)
+            else:
+                conn_error = ""
+            t_done = time.monotonic()
+            if reply is None:
+                info = group.info()
+                time.sleep(1.0)  # let torch.distributed.run finish tearing the group down
+                if info:
+                    kill_group(info["pgid"])
+                group.entry.unlink(missing_ok=True)
+                errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error.rank*.json"))]
+                if errors:
+                    msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}" for e in errors)
+                    kind, transient = classify_failure(msg + " " + " ".join(e["traceback"] for e in errors))
+                    return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
+                tail = _tail(group.log, 3000)
+                kind, transient = classify_failure(tail)
+                if kind == "exception":
+                    kind, transient = "rank_died", True
+                return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
+                                gpus, started)
+            return {"status": "ok", "reply": reply, "gpus": gpus, "server_started": started,
+                    "connect_s": t_ready - t0, "request_s": t_done - t_ready}
+
+    def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
+        """Measure one case; always writes and returns its run.json."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in list(out_dir.glob("error.rank*.json")) + list(out_dir.glob("trace.rank*.json*")):
+            stale.unlink()
+        settings = {"backend": self.settings["backend"], "timing": op_settings["timing"],
+                    "check": op_settings.get("check", False), "fault": op_settings.get("fault"),
+                    "te": op_settings.get("te", {})}
+        attempts = []
+        t0 = time.monotonic()
+        for attempt in range(1 + self.settings["launcher"]["retries"]):
+            res = self._attempt(case, mc, out_dir, settings)
+            attempts.append({k: v for k, v in res.items() if k != "reply"})
+            if res["status"] == "ok" or not res["error"]["transient"]:
+                break
+        run = assemble_run(case, mc, self.settings, settings, res, attempts, time.monotonic() - t0)
+        write_run_json(out_dir, run)
+        return run
+
+
+def _failure(kind: str, transient: bool, message: str, gpus, started, tracebacks=None) -> dict:
+    return {"status": "failed", "gpus": gpus, "server_started": started,
+            "error": {"kind": kind, "transient": transient, "message": message.strip()[:6000],
+                      "tracebacks": tracebacks or []}}
+
+
+def assemble_run(case: Case, mc: ModelConfig, run_settings: dict, settings: dict, res: dict,
+                 attempts: list, wall_s: float) -> dict:
+    run = {
+        "case": case.id, "op": case.op, "tp": case.tp, "variant": case.variant_id,
+        "backend": run_settings["backend"], "device": run_settings["device"],
+        "status": res["status"], "error": res.get("error"),
+        "model": mc.to_dict(), "settings": {k: v for k, v in settings.items() if k != "fault"},
+        "attempts": attempts, "wall_s": wall_s, "tptune_version": __version__,
+    }
+    if res["status"] == "ok":
+        reply = res["reply"]
+        ranks = sorted(reply["ranks"], key=lambda r: r["rank"])
+        slow = slowest_rank([r["samples"] for r in ranks])
+        run["timing"] = {k: stats(v) for k, v in slow.items()}
+        run["timing"]["per_rank_median_total_ms"] = [stats(r["samples"]["total_ms"])["median"] for r in ranks]
+        run["traces"] = [r["trace"] for r in ranks if r["trace"]]
+        run["correctness"] = ranks[0].get("correctness")
+        run["environment"] = reply["environment"]
+        run["launch"] = {
+            "gpus": res["gpus"], "server_started": res["server_started"], "startup": reply.get("startup"),
+            "connect_s": res["connect_s"], "request_s": res["request_s"],
+            "init_s": max(r["init_s"] for r in ranks), "measure_s": max(r["measure_s"] for r in ranks),
+            "case_s": max(r["total_s"] for r in ranks), "served_before": reply["served_before"],
+        }
+    return run
+
+
+def write_run_json(out_dir: Path, run: dict) -> Path:
+    path = out_dir / RUN_JSON
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run, indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def read_run_json(out_dir: Path) -> dict:
+    return json.loads((Path(out_dir) / RUN_JSON).read_text())

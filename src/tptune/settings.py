@@ -1,0 +1,131 @@
+"""The run configuration: validate it (schema + model + TP checks) and resolve what each op runs with."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .errors import ConfigError
+from .gpupool import count_gpus
+from .model import ModelConfig, load_model
+from .ops import OPS
+
+SCHEMA = yaml.safe_load((Path(__file__).parent / "data" / "config.schema.yaml").read_text())
+PER_OP_KEYS = {"timing", "search", "check"}
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def _schema_problems(config: dict) -> list[str]:
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    problems = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        problems.append(f"field '{where}': {err.message}")
+    return problems
+
+
+def te_available() -> bool:
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+@dataclass
+class Settings:
+    config: dict
+    model: ModelConfig
+    backend: str            # torch | te
+    device: str             # cpu | cuda
+    run: str
+
+    @property
+    def ops(self) -> list[str]:
+        return list(self.config["ops"])
+
+    @property
+    def tp_sizes(self) -> list[int]:
+        return sorted(self.config["tp_sizes"])
+
+    def op_settings(self, op: str) -> dict:
+        """Timing/search/check for one op: the run's values with the op's own overrides merged over."""
+        base = {k: self.config.get(k) for k in ("timing", "search") if k in self.config}
+        over = self.config.get("op_settings", {}).get(op, {})
+        merged = deep_merge(base, over)
+        merged["check"] = over.get("check", self.backend == "te")
+        return merged
+
+    def launcher_settings(self) -> dict:
+        return {"backend": self.backend, "device": self.device, "launcher": self.config["launcher"]}
+
+
+def resolve(config: dict, source: str = "config", base_dir: str | Path = ".") -> Settings:
+    """Validate a merged run config and everything it points to. Raises ConfigError listing all problems."""
+    problems = _schema_problems(config)
+    if problems:
+        raise ConfigError(source, problems)
+    for op in config.get("op_settings", {}):
+        if op not in OPS:
+            problems.append(f"field 'op_settings.{op}': unknown op (expected one of {', '.join(OPS)})")
+        else:
+            extra = set(config["op_settings"][op]) - PER_OP_KEYS
+            if extra:
+                problems.append(f"field 'op_settings.{op}': unknown key(s) {sorted(extra)} "
+                                f"(expected {', '.join(sorted(PER_OP_KEYS))})")
+    for case_id in config.get("faults", {}):
+        if not re.fullmatch(r"[a-z0-9]+-tp\d+-.+", case_id):
+            problems.append(f"field 'faults.{case_id}': expected a case id <op>-tp<N>-<variant>")
+    model_path = Path(config["model"])
+    if not model_path.is_absolute():
+        model_path = Path(base_dir) / model_path
+    try:
+        mc = load_model(model_path, config.get("workload") or {})
+    except ConfigError as exc:
+        problems.extend(f"model file {exc.source}: {p}" for p in exc.problems)
+        mc = None
+    node = config.get("gpus_per_node", 8)
+    for tp in sorted(config["tp_sizes"]):
+        if tp & (tp - 1):
+            problems.append(f"field 'tp_sizes': TP={tp} is not a power of two")
+        if tp > node:
+            problems.append(f"field 'tp_sizes': TP={tp} exceeds gpus_per_node={node} (TP stays within one node)")
+        if mc is not None:
+            problems.extend(f"field 'tp_sizes': {p}" for p in mc.tp_problems(tp))
+    backend = config.get("backend", "auto")
+    has_gpu = count_gpus() > 0
+    if backend == "auto":
+        backend = "te" if has_gpu and te_available() else "torch"
+    if backend == "te" and not has_gpu:
+        problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch)")
+    if backend == "te" and not te_available():
+        problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]')")
+    if problems:
+        raise ConfigError(source, problems)
+    device = "cuda" if has_gpu else "cpu"
+    w = mc.workload
+    run = config.get("run") or f"{mc.model.name}-s{w.seq_length}-b{w.micro_batch_size}-{w.dtype}-{backend}"
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", run):
+        raise ConfigError(source, [f"field 'run' = {run!r}: use letters, digits, '.', '_' and '-' only"])
+    return Settings(config=config, model=mc, backend=backend, device=device, run=run)
+
+
+def load_config_files(*paths: str | Path) -> dict:
+    """Defaults then overrides, as Snakemake merges configfiles."""
+    merged: dict = {}
+    for p in paths:
+        p = Path(p)
+        try:
+            merged = deep_merge(merged, yaml.safe_load(p.read_text()) or {})
+        except FileNotFoundError:
+            raise ConfigError(str(p), ["file not found"]) from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(str(p), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
+    return merged

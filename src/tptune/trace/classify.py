@@ -1,0 +1,99 @@
+"""Kernel (and CPU op) classes from names and categories.
+
+All patterns live in DEFAULT_PATTERNS; callers override any of them with
+``patterns=`` (merged over the defaults). Classification runs once per distinct
+name, never per event.
+
+Unlike HTA (which calls a kernel communication only if its name starts with
+``nccl``), TE userbuffers, peer-to-peer memcpy and PyTorch symmetric-memory
+kernels are communication here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import polars as pl
+
+GEMM, COMM, OTHER, MEMCPY, MEMSET = "gemm", "comm", "other", "memcpy", "memset"
+CLASSES = (GEMM, COMM, OTHER, MEMCPY, MEMSET)
+
+DEFAULT_PATTERNS: dict[str, str] = {
+    # GPU kernels and memory operations (checked in this order: comm, gemm, memcpy, memset).
+    "comm": (
+        r"^(void )?k?userbuffers_"
+        r"|ncclDevKernel_|ncclKernel_"
+        r"|c10d::symmetric_memory::"
+        r"|^Memcpy PtoP"
+        r"|multimem_all_|(one|two)_shot_all_reduce|cross_device_reduce"
+    ),
+    "gemm": (
+        r"(?i)nvjet_|gemm|gemv|xmma_|cutlass.*(tensorop|wgmma|_mma)"
+        r"|cublas(Lt)?|s\d+gemm|sgemm|hgemm|triton_\w*_mm_|matmul_kernel"
+    ),
+    "memcpy": r"^Memcpy ",
+    "memset": r"^Memset",
+    # CPU-only traces: ops on the CPU threads stand in for kernels.
+    "cpu_gemm": r"^aten::(mm|addmm|matmul|bmm|baddbmm|linear)$",
+    "cpu_comm": (
+        r"^(c10d::|gloo:|nccl:|tptune\.comm\.)|^record_param_comms$"
+        r"|^(aten::|c10d::|_)?(all_gather|allgather|reduce_scatter|all_reduce|allreduce)"
+    ),
+    # Phase markers (CPU ranges); see phases.py.
+    "forward": (
+        r"^tptune\.forward$|^_(LayerNorm)?Linear$|^_LayerNormMLP$|^_GroupedLinear$"
+        r"|^symm_mem::fused_"
+    ),
+    "backward": r"^tptune\.backward$|^autograd::engine::evaluate_function: |Backward\d*$",
+    "step": r"^ProfilerStep#(\d+)$",
+}
+
+
+def merged_patterns(patterns: Mapping[str, str] | None = None) -> dict[str, re.Pattern]:
+    unknown = set(patterns or {}) - set(DEFAULT_PATTERNS)
+    if unknown:
+        raise ValueError(f"unknown pattern keys {sorted(unknown)}; known: {sorted(DEFAULT_PATTERNS)}")
+    merged = {**DEFAULT_PATTERNS, **(patterns or {})}
+    return {k: re.compile(v) for k, v in merged.items()}
+
+
+def classify_name(name: str, cat: str, pats: Mapping[str, re.Pattern]) -> str:
+    """Class of one GPU event (kernel / gpu_memcpy / gpu_memset)."""
+    if pats["comm"].search(name):
+        return COMM
+    if cat == "gpu_memset" or pats["memset"].search(name):
+        return MEMSET
+    if cat == "gpu_memcpy" or pats["memcpy"].search(name):
+        return MEMCPY
+    if pats["gemm"].search(name):
+        return GEMM
+    return OTHER
+
+
+def classify_cpu_name(name: str, pats: Mapping[str, re.Pattern]) -> str | None:
+    """Class of one CPU op in a CPU-only trace; None for ops we ignore."""
+    if pats["cpu_comm"].search(name):
+        return COMM
+    if pats["cpu_gemm"].search(name):
+        return GEMM
+    return None
+
+
+def classify(events: pl.DataFrame, patterns: Mapping[str, str] | None = None, *, cpu: bool = False) -> pl.DataFrame:
+    """Add a ``cls`` column to a frame of GPU events (or, with ``cpu=True``, of
+    CPU ops, where unclassified ops get a null ``cls``)."""
+    pats = merged_patterns(patterns)
+    if events.height == 0:
+        return events.with_columns(cls=pl.lit(None, dtype=pl.String))
+    pairs = events.select(pl.col("name").cast(pl.String), pl.col("cat").cast(pl.String)).unique()
+    if cpu:
+        table = [classify_cpu_name(n, pats) for n in pairs["name"]]
+    else:
+        table = [classify_name(n, c, pats) for n, c in zip(pairs["name"], pairs["cat"])]
+    lookup = pairs.with_columns(cls=pl.Series(table, dtype=pl.String))
+    return events.with_columns(
+        pl.col("name").cast(pl.String).alias("_n"), pl.col("cat").cast(pl.String).alias("_c")
+    ).join(lookup.rename({"name": "_n", "cat": "_c"}), on=["_n", "_c"], how="left", maintain_order="left").drop(
+        "_n", "_c"
+    )

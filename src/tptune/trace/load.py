@@ -1,0 +1,255 @@
+"""Load a Kineto (PyTorch profiler) Chrome trace into lean polars frames.
+
+Memory is the constraint: a several-hundred-MB trace decoded whole into Python
+objects needs several times its size. So the ``traceEvents`` array is decoded in
+chunks (msgspec with a typed Struct that keeps only the fields we use), each
+chunk is turned into columns right away and its Python objects dropped.
+
+Chunk boundaries are found at ``},<newline>{``: a raw newline cannot occur
+inside a JSON string, so that sequence is always between two array elements in
+Kineto's pretty-printed output. A file without such boundaries (compact JSON)
+simply decodes as one chunk.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import orjson
+import polars as pl
+
+from tptune.errors import TraceError
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+CPU_CATS = ("cpu_op", "user_annotation", "python_function")
+
+_READ_BLOCK = 32 << 20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,[ \t\r]*\n\s*\{")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
+
+
+class _Args(msgspec.Struct):
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    stream: int | None = None
+
+
+class _Event(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    # pid/tid are strings for Kineto's own "Spans"/"Traces" rows.
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args | None = None
+
+
+_decode_events = msgspec.json.Decoder(list[_Event]).decode
+
+FRAME_SCHEMA = {
+    "ts": pl.Int64,  # ns, exact (Kineto ts/dur are µs with 3 decimals)
+    "dur": pl.Int64,
+    "name": pl.Categorical,
+    "cat": pl.Categorical,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "stream": pl.Int64,
+    "correlation": pl.Int64,
+    "external_id": pl.Int64,
+}
+
+
+@dataclass
+class LoadedTrace:
+    """One rank's trace. ``gpu``: kernels/memcpy/memset; ``runtime``: CUDA
+    runtime/driver calls (launches); ``cpu``: CPU ops and record_function ranges.
+    All frames have the columns of FRAME_SCHEMA, times in integer ns."""
+
+    path: str
+    rank: int | None
+    gpu: pl.DataFrame
+    runtime: pl.DataFrame
+    cpu: pl.DataFrame
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.gpu.height == 0
+
+
+def _to_ns(values: list[float]) -> pl.Series:
+    return (pl.Series(values, dtype=pl.Float64) * 1000.0).round(0).cast(pl.Int64)
+
+
+def _int_or_none(v):
+    return v if type(v) is int else None
+
+
+def _chunk_frame(events: list[_Event]) -> pl.DataFrame:
+    keep = [e for e in events if e.ph == "X" and e.cat not in ("ac2g", "Trace")]
+    no_args = _Args()
+    args = [e.args or no_args for e in keep]
+    df = pl.DataFrame(
+        {
+            "ts": _to_ns([e.ts for e in keep]),
+            "dur": _to_ns([e.dur for e in keep]),
+            "name": pl.Series([e.name for e in keep], dtype=pl.Categorical),
+            "cat": pl.Series([e.cat for e in keep], dtype=pl.Categorical),
+            "pid": pl.Series([_int_or_none(e.pid) for e in keep], dtype=pl.Int64),
+            "tid": pl.Series([_int_or_none(e.tid) for e in keep], dtype=pl.Int64),
+            "stream": pl.Series([a.stream for a in args], dtype=pl.Int64),
+            "correlation": pl.Series([a.correlation for a in args], dtype=pl.Int64),
+            "external_id": pl.Series([a.external_id for a in args], dtype=pl.Int64),
+        }
+    )
+    return df
+
+
+class _ByteStream:
+    """Reads a plain or gzip file in blocks; gzip errors become TraceError."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with open(path, "rb") as f:
+            magic = f.read(2)
+        self._f = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+    def read(self) -> bytes:
+        try:
+            return self._f.read(_READ_BLOCK)
+        except (EOFError, OSError, zlib.error) as e:
+            raise TraceError(f"{self.path}: truncated or corrupt gzip ({e})") from None
+
+    def close(self):
+        self._f.close()
+
+
+def _fail(path, what: str):
+    raise TraceError(f"{path}: {what}")
+
+
+def _decode_chunk(path, chunk: bytes) -> pl.DataFrame:
+    try:
+        events = _decode_events(b"[" + chunk + b"]")
+    except msgspec.DecodeError as e:
+        raise _ChunkError(str(e)) from None
+    return _chunk_frame(events)
+
+
+class _ChunkError(Exception):
+    pass
+
+
+def _split_tail(path, tail: bytes, header: bytes) -> tuple[pl.DataFrame, dict]:
+    """``tail`` holds the last events, the closing ``]`` and the rest of the
+    top-level object. Try the last few ``]`` as the array end."""
+    end = len(tail)
+    for _ in range(8):
+        end = tail.rfind(b"]", 0, end)
+        if end < 0:
+            break
+        try:
+            meta = orjson.loads(header + b"[]" + tail[end + 1 :])
+        except orjson.JSONDecodeError:
+            continue
+        body = tail[:end].strip()
+        try:
+            frame = _decode_chunk(path, body) if body else _chunk_frame([])
+        except _ChunkError as e:
+            _fail(path, f"corrupt JSON in traceEvents ({e})")
+        return frame, meta
+    _fail(path, "truncated or corrupt JSON (traceEvents array or top-level object not closed)")
+
+
+def _read_frames(path: Path) -> tuple[list[pl.DataFrame], dict]:
+    stream = _ByteStream(path)
+    try:
+        buf = b""
+        header = None
+        while header is None:
+            block = stream.read()
+            buf += block
+            m = _EVENTS_KEY.search(buf)
+            if m:
+                header, buf = buf[: m.end() - 1], buf[m.end() :]
+            elif not block:
+                _not_a_trace(path, buf)
+            elif len(buf) > (64 << 20):
+                _fail(path, "not a Chrome trace (no traceEvents in the first 64 MiB)")
+        frames = []
+        while True:
+            block = stream.read()
+            buf += block
+            if not block:
+                break
+            cut = None
+            for cut in _BOUNDARY.finditer(buf, max(0, len(buf) - len(block) - 64)):
+                pass
+            if cut is None:
+                continue
+            # Boundary match covers "}, \n {": keep "}" in this chunk, "{" in the next.
+            body, buf = buf[: cut.start() + 1], buf[cut.end() - 1 :]
+            try:
+                frames.append(_decode_chunk(path, body))
+            except _ChunkError as e:
+                _fail(path, f"corrupt JSON in traceEvents ({e})")
+        frame, meta = _split_tail(path, buf, header)
+        frames.append(frame)
+        return frames, meta
+    finally:
+        stream.close()
+
+
+def _not_a_trace(path, buf: bytes):
+    try:
+        doc = orjson.loads(buf)
+    except orjson.JSONDecodeError:
+        _fail(path, "not JSON or truncated (no traceEvents array found)")
+    _fail(path, f"not a Chrome trace: JSON {type(doc).__name__} without a traceEvents array")
+
+
+def _rank(path: Path, meta: dict) -> int | None:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"]
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _empty_frame() -> pl.DataFrame:
+    return pl.DataFrame(schema=FRAME_SCHEMA)
+
+
+def load_trace(path) -> LoadedTrace:
+    """Load one rank's trace (``.json`` or ``.json.gz``).
+
+    Raises TraceError (one line, naming the file) when the file is corrupt or
+    truncated, is not a trace, or has no GPU kernels and no CPU ops.
+    """
+    if isinstance(path, LoadedTrace):
+        return path
+    path = Path(path)
+    if not path.is_file():
+        _fail(path, "no such file")
+    frames, meta = _read_frames(path)
+    frames = [f for f in frames if f.height] or [_empty_frame()]
+    df = pl.concat(frames, how="vertical")
+    del frames
+    cat = pl.col("cat").cast(pl.String)
+    gpu = df.filter(cat.is_in(GPU_CATS)).sort("ts")
+    runtime = df.filter(cat.is_in(RUNTIME_CATS)).sort("ts")
+    cpu = df.filter(cat.is_in(CPU_CATS)).sort("ts")
+    del df
+    if gpu.height == 0 and cpu.filter(pl.col("cat") == "cpu_op").height == 0:
+        _fail(path, "no GPU kernels and no CPU ops in the trace")
+    meta = {k: v for k, v in meta.items() if k != "traceEvents"}
+    return LoadedTrace(str(path), _rank(path, meta), gpu, runtime, cpu, meta)
