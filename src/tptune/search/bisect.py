@@ -1,0 +1,61 @@
+"""Binary search for the fastest value of an ordered candidate list, one checkpoint step at a time.
+
+Candidates are ordered cheapest first (SM counts [1, 2, 4, ...], chunk counts [2, 4, 8]) and the
+time curve over them is assumed unimodal. Each step looks at the middle of the interval [lo, hi]:
+it compares the points at mid and mid+1 (noise.compare_points); if mid+1 is faster by more than the
+margin the minimum lies in [mid+1, hi], otherwise (mid faster, or a tie: toward the cheaper value)
+in [lo, mid]. The search ends when the interval holds one candidate. That takes ceil(log2(len))
+steps of at most two new points each. A failed point is infinitely slow.
+
+The state is nothing but the measured points: every call replays the steps from the start, so the
+search resumes from any subset of measured points (extra points are ignored).
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+from .noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
+
+
+def next_points(candidates: Sequence[Hashable], measured: dict, *, floor: float = DEFAULT_FLOOR,
+                k: float = DEFAULT_K) -> list:
+    """Values to measure next (at most two, in candidate order); empty when the search is done."""
+    todo, _, _ = _replay(candidates, measured, floor, k)
+    return todo
+
+
+def result(candidates: Sequence[Hashable], measured: dict, *, floor: float = DEFAULT_FLOOR,
+           k: float = DEFAULT_K) -> tuple:
+    """(best value, path). ``path`` has one record per step: the interval searched, the two values
+    compared (their points were first needed in that step), the comparison and the half kept.
+    Raises ValueError while points are still missing."""
+    todo, best, path = _replay(candidates, measured, floor, k)
+    if todo:
+        raise ValueError(f"search not finished: measure {todo} next")
+    return best, path
+
+
+def _replay(candidates, measured, floor, k):
+    cands = list(candidates)
+    if not cands:
+        raise ValueError("no candidates to search")
+    if len(set(cands)) != len(cands):
+        raise ValueError(f"candidates must be distinct: {cands}")
+    lo, hi, path = 0, len(cands) - 1, []
+    if lo == hi:
+        return ([] if cands[0] in measured else [cands[0]]), cands[0], path
+    while lo < hi:
+        mid = (lo + hi) // 2
+        left, right = cands[mid], cands[mid + 1]
+        missing = [v for v in (left, right) if v not in measured]
+        if missing:
+            return missing, None, path
+        cmp = compare_points(measured[left], measured[right], floor=floor, k=k, tie="a")
+        interval = [cands[lo], cands[hi]]
+        if cmp.winner == "b":
+            lo = mid + 1
+        else:
+            hi = mid
+        path.append({"step": len(path) + 1, "interval": interval, "compared": [left, right],
+                     "comparison": cmp.to_dict(), "kept": [cands[lo], cands[hi]]})
+    return [], cands[lo], path
