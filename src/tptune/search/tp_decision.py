@@ -1,0 +1,148 @@
+"""TP size per op (seed 000, WORKFLOW 1 and 3), decided one measured TP at a time.
+
+1. Measure at TP = start_tp (2). If no overlap setting hides the communication there (rule below),
+   recommend no TP for the op: tp = 1.
+2. Otherwise try TP x 2 while it fits in one node (<= gpus_per_node, and in ``allowed_tps`` when
+   given) and while time(2·TP) <= time(TP) / 2 · (1 + tolerance); keep the last TP that passed.
+   time(TP) is the faster of the best overlapped point and the no-overlap point at that TP.
+   The tolerance (10%) is well above the noise floor (2%), so no extra noise margin is applied.
+
+"Hides the communication" at a TP, from its no-overlap (none), no-collective bound (nocomm) and
+best overlapped (best) points:
+    exposed         = none - nocomm                (communication left on the critical path)
+    hidden_fraction = (none - best) / exposed
+  passes iff best beats none beyond the noise margin (noise.compare) AND
+             hidden_fraction >= min_hidden_fraction (default 0.25) AND
+             the trace analysis, when given and trust_verdict is set, does not say "not overlapped"
+  It also passes when none does not exceed nocomm beyond the margin: no communication is exposed,
+  so TP costs nothing to hide.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .noise import DEFAULT_FLOOR, DEFAULT_K, compare, compare_points, margin
+from .points import INF, point_case, point_median
+
+DEFAULT_START_TP = 2
+DEFAULT_GPUS_PER_NODE = 8
+DEFAULT_TOLERANCE = 0.10
+DEFAULT_MIN_HIDDEN_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class TpPoints:
+    """What was measured for one op at one TP size. Only the start TP needs none and nocomm."""
+    best: dict | None = None        # best overlapped point (winner of the overlap search)
+    none: dict | None = None        # collectives on, no overlap
+    nocomm: dict | None = None      # collectives removed: the bound
+    verdict: str | None = None      # trace analysis: "overlapped", "not overlapped", ...
+
+    def fastest(self) -> dict | None:
+        """The faster of best and none (none on a tie: the simpler setting)."""
+        if self.best is None or self.none is None:
+            return self.best if self.none is None else self.none
+        return self.best if point_median(self.best) < point_median(self.none) else self.none
+
+    def time_ms(self) -> float:
+        return point_median(self.fastest())
+
+
+def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MIN_HIDDEN_FRACTION,
+                        trust_verdict: bool = True, floor: float = DEFAULT_FLOOR,
+                        k: float = DEFAULT_K) -> dict:
+    """Evidence record of the hiding rule (module doc); ``passed`` says whether it holds."""
+    none, nocomm, best = (point_median(p) for p in (at.none, at.nocomm, at.best))
+    exposed = none - nocomm
+    vs_none = compare_points(at.best, at.none, floor=floor, k=k, tie="b")
+    rec = {"rule": "hides_communication", "none_ms": _num(none), "nocomm_ms": _num(nocomm),
+           "best_ms": _num(best), "exposed_ms": _num(exposed), "margin": vs_none.margin,
+           "min_hidden_fraction": min_hidden_fraction, "verdict": at.verdict,
+           "cases": [point_case(p) for p in (at.none, at.nocomm, at.best)],
+           "comparison": vs_none.to_dict()}
+    if none == INF or nocomm == INF:
+        return {**rec, "hidden_fraction": None, "passed": False,
+                "reason": "no-overlap or no-collective point failed: nothing to judge"}
+    if compare(at.nocomm, at.none, margin(at.nocomm, at.none, floor, k)) >= 0:
+        return {**rec, "hidden_fraction": None, "passed": True,
+                "reason": "no exposed communication: none is within the margin of nocomm"}
+    hidden = (none - best) / exposed if best != INF else 0.0
+    rec["hidden_fraction"] = hidden
+    if vs_none.outcome >= 0:
+        return {**rec, "passed": False, "reason": "best overlapped setting does not beat no-overlap"}
+    if hidden < min_hidden_fraction:
+        return {**rec, "passed": False,
+                "reason": f"hides {hidden:.0%} of exposed communication < {min_hidden_fraction:.0%}"}
+    if trust_verdict and _normalize(at.verdict) == "not overlapped":
+        return {**rec, "passed": False, "reason": "trace analysis: not overlapped"}
+    return {**rec, "passed": True, "reason": f"hides {hidden:.0%} of exposed communication"}
+
+
+def tp_next(op: str, measured_by_tp: dict[int, TpPoints], **rules) -> int | None:
+    """The TP size to measure next for ``op``, or None when the decision is made.
+    ``rules``: start_tp, gpus_per_node, allowed_tps, tolerance, min_hidden_fraction,
+    trust_verdict, floor, k (module doc)."""
+    nxt, _, _ = _replay(op, measured_by_tp, **rules)
+    return nxt
+
+
+def tp_result(op: str, measured_by_tp: dict[int, TpPoints], **rules) -> tuple[int, list[dict]]:
+    """(chosen TP, evidence records in decision order). Raises ValueError while a TP is missing."""
+    nxt, chosen, evidence = _replay(op, measured_by_tp, **rules)
+    if nxt is not None:
+        raise ValueError(f"{op}: TP decision not finished: measure TP={nxt} next")
+    return chosen, evidence
+
+
+def _replay(op, measured, *, start_tp=DEFAULT_START_TP, gpus_per_node=DEFAULT_GPUS_PER_NODE,
+            allowed_tps=None, tolerance=DEFAULT_TOLERANCE,
+            min_hidden_fraction=DEFAULT_MIN_HIDDEN_FRACTION, trust_verdict=True,
+            floor=DEFAULT_FLOOR, k=DEFAULT_K):
+    def fits(tp):
+        return tp <= gpus_per_node and (allowed_tps is None or tp in allowed_tps)
+
+    evidence = []
+    if not fits(start_tp):
+        evidence.append({"rule": "node_bound", "op": op, "tp": start_tp, "passed": False,
+                         "gpus_per_node": gpus_per_node, "allowed_tps": _list(allowed_tps)})
+        return None, 1, evidence
+    at = measured.get(start_tp)
+    if at is None or at.none is None or at.nocomm is None or at.best is None:
+        return start_tp, None, evidence
+    hide = hides_communication(at, min_hidden_fraction=min_hidden_fraction,
+                               trust_verdict=trust_verdict, floor=floor, k=k)
+    evidence.append({**hide, "op": op, "tp": start_tp})
+    if not hide["passed"]:
+        return None, 1, evidence
+    tp = start_tp
+    while True:
+        nxt = tp * 2
+        if not fits(nxt):
+            evidence.append({"rule": "node_bound", "op": op, "tp": nxt, "passed": False,
+                             "gpus_per_node": gpus_per_node, "allowed_tps": _list(allowed_tps)})
+            return None, tp, evidence
+        here, there = measured[tp], measured.get(nxt)
+        if there is None or (there.best is None and there.none is None):
+            return nxt, None, evidence
+        t_from, t_to = here.time_ms(), there.time_ms()
+        bound = t_from / 2 * (1 + tolerance)
+        passed = t_to <= bound
+        evidence.append({"rule": "scaling", "op": op, "from_tp": tp, "to_tp": nxt,
+                         "time_from_ms": _num(t_from), "time_to_ms": _num(t_to), "bound_ms": _num(bound),
+                         "tolerance": tolerance, "passed": passed,
+                         "cases": [point_case(here.fastest()), point_case(there.fastest())]})
+        if not passed:
+            return None, tp, evidence
+        tp = nxt
+
+
+def _normalize(verdict: str | None) -> str | None:
+    return None if verdict is None else " ".join(verdict.lower().replace("_", " ").replace("-", " ").split())
+
+
+def _num(x: float) -> float | None:
+    return None if x in (INF, -INF) or x != x else x
+
+
+def _list(xs):
+    return None if xs is None else sorted(xs)
