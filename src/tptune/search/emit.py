@@ -1,0 +1,146 @@
+"""Writers of the tuner's outputs: Megatron/TE overlap config, ub_cfgs JSON, the torch backend's
+per-shape chunk map (seed 004 style) and per-op decision records for decisions.json."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
+
+from .. import __version__
+from ..cases import BOOL_KNOBS
+from ..ops import TE_GEMMS, Gemm
+from .noise import DEFAULT_FLOOR, DEFAULT_K, margin
+from .points import INF, point_case, point_median
+from .ubcfg import METHOD_KNOBS, validate_ub_cfgs
+
+
+def te_ub_cfgs(per_gemm: dict) -> dict[str, dict]:
+    """Validated ten-GEMM ub_cfgs in TE's types and order: method first, then only the knobs the
+    method uses, booleans as true/false."""
+    validate_ub_cfgs(per_gemm)
+    out = {}
+    for name in TE_GEMMS:
+        entry = per_gemm[name]
+        out[name] = {"method": entry["method"]}
+        for knob in METHOD_KNOBS[entry["method"]]:
+            if knob in entry:
+                out[name][knob] = bool(entry[knob]) if knob in BOOL_KNOBS else int(entry[knob])
+    return out
+
+
+def write_tp_comm_overlap_cfg(path: str | Path, per_gemm: dict, *, model: str | None = None,
+                              workload: str | Mapping | None = None, tp: int | None = None,
+                              notes: Iterable[str] = ()) -> Path:
+    """YAML for Megatron-LM's ``--tp-comm-overlap-cfg`` (yaml.safe_load -> TE initialize_ub
+    ub_cfgs): the ten GEMM entries, one flow mapping a line, under a header naming what it was
+    tuned for."""
+    cfgs = te_ub_cfgs(per_gemm)
+    if isinstance(workload, Mapping):
+        workload = " ".join(f"{k}={v}" for k, v in workload.items())
+    tuned = ", ".join(f"{k} {v}" for k, v in (("model", model), ("workload", workload), ("TP", tp))
+                      if v is not None)
+    header = [f"TP comm/GEMM overlap config (Transformer Engine ub_cfgs), written by tptune {__version__}",
+              "Use: Megatron-LM --tp-comm-overlap --tp-comm-overlap-cfg <this file>",
+              f"Tuned for: {tuned or 'unspecified'}", *notes]
+    body = yaml.safe_dump(cfgs, default_flow_style=None, sort_keys=False, width=10_000)
+    path = Path(path)
+    path.write_text("".join(f"# {line}\n" for line in header) + body)
+    return path
+
+
+def write_ub_cfgs_json(path: str | Path, per_gemm: dict) -> Path:
+    """The same ten-GEMM ub_cfgs as JSON, ready for ``initialize_ub(ub_cfgs=json.load(f))``."""
+    path = Path(path)
+    path.write_text(json.dumps(te_ub_cfgs(per_gemm), indent=2) + "\n")
+    return path
+
+
+def chunked_shape_map(choices: Mapping[Gemm, int] | Iterable[tuple[Gemm, int]]) -> dict:
+    """Seed 004's ``{"customized_cc": {"[m, k, n]": chunks}}``, keyed by the unsplit per-rank GEMM
+    shape (Gemm.shape_key); 1 turns the overlap off for that shape. GEMMs without a collective are
+    left out. Two GEMMs of one shape with different chunk counts cannot be expressed: ValueError."""
+    items = choices.items() if isinstance(choices, Mapping) else choices
+    out: dict[str, int] = {}
+    owner: dict[str, Gemm] = {}
+    for g, n in items:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{g.op}_{g.gemm}: chunk count must be an integer >= 1, got {n!r}")
+        if g.collective == "none":
+            continue
+        key = g.shape_key
+        if key in out and out[key] != n:
+            o = owner[key]
+            raise ValueError(f"shape {key}: {o.op}_{o.gemm} wants {out[key]} chunks, "
+                             f"{g.op}_{g.gemm} wants {n}; one shape takes one chunk count")
+        out[key], owner[key] = n, g
+    return {"customized_cc": out}
+
+
+def write_chunked_cfg(path: str | Path, shape_map: dict, notes: Iterable[str] = ()) -> Path:
+    """cc_cfg.yaml-style file holding a chunked_shape_map (shape keys quoted, as seed 004 requires)."""
+    path = Path(path)
+    body = yaml.safe_dump(shape_map, sort_keys=False, default_style=None, width=10_000)
+    path.write_text("".join(f"# {line}\n" for line in notes) + body)
+    return path
+
+
+def decisions_record(op: str, *, tp: int, config: dict | None, winner: dict | None,
+                     runner_up: dict | None = None, tp_evidence: Iterable[dict] = (),
+                     comparisons: Iterable[dict] = (), searches: Mapping[str, list] | None = None,
+                     floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K) -> dict:
+    """One op's entry of decisions.json: chosen TP and config, the winning and runner-up points, the
+    noise margin between them and how much faster the winner was, the evidence records (TP rule,
+    comparisons, bisection paths) and every case id they cite."""
+    comparisons, tp_evidence = list(comparisons), list(tp_evidence)
+    searches = dict(searches or {})
+    rec = {
+        "op": op, "tp": tp, "config": config,
+        "winner": _summary(winner), "runner_up": _summary(runner_up),
+        "margin": margin(winner, runner_up, floor, k) if runner_up is not None else None,
+        "win_by": _win_by(winner, runner_up),
+        "tp_evidence": tp_evidence, "comparisons": comparisons, "searches": searches,
+    }
+    rec["evidence_cases"] = sorted(_case_ids([winner, runner_up, tp_evidence, comparisons, searches]))
+    return rec
+
+
+def write_decisions_json(path: str | Path, records: Iterable[dict], meta: Mapping | None = None) -> Path:
+    """decisions.json: {"meta": ..., "ops": {op: record}} (no NaN/inf: failed times are null)."""
+    path = Path(path)
+    doc = {"meta": dict(meta or {}), "ops": {r["op"]: r for r in records}}
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def _summary(point: dict | None) -> dict | None:
+    if point is None:
+        return None
+    t = point_median(point)
+    return {"case": point_case(point), "median_ms": None if t == INF else t}
+
+
+def _win_by(winner: dict | None, runner_up: dict | None) -> float | None:
+    """(runner-up - winner) / runner-up: the winner's relative gain."""
+    a, b = point_median(winner), point_median(runner_up)
+    if winner is None or runner_up is None or INF in (a, b) or b == 0:
+        return None
+    return (b - a) / b
+
+
+def _case_ids(obj) -> set[str]:
+    """Every string under a "case" key, or in a "cases" list, anywhere in ``obj``."""
+    found: set[str] = set()
+    if isinstance(obj, Mapping):
+        for key, v in obj.items():
+            if key == "case" and isinstance(v, str):
+                found.add(v)
+            elif key == "cases" and isinstance(v, list):
+                found.update(x for x in v if isinstance(x, str))
+            else:
+                found |= _case_ids(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            found |= _case_ids(v)
+    return found
