@@ -58,13 +58,13 @@ def merged_patterns(patterns: Mapping[str, str] | None = None) -> dict[str, re.P
     return {k: re.compile(v) for k, v in merged.items()}
 
 
-def classify_name(name: str, cat: str, pats: Mapping[str, re.Pattern]) -> str:
-    """Class of one GPU event (kernel / gpu_memcpy / gpu_memset)."""
+def classify_name(name: str, pats: Mapping[str, re.Pattern]) -> str:
+    """Class of one GPU event (kernel / gpu_memcpy / gpu_memset) from its name."""
     if pats["comm"].search(name):
         return COMM
-    if cat == "gpu_memset" or pats["memset"].search(name):
+    if pats["memset"].search(name):
         return MEMSET
-    if cat == "gpu_memcpy" or pats["memcpy"].search(name):
+    if pats["memcpy"].search(name):
         return MEMCPY
     if pats["gemm"].search(name):
         return GEMM
@@ -80,20 +80,27 @@ def classify_cpu_name(name: str, pats: Mapping[str, re.Pattern]) -> str | None:
     return None
 
 
+def map_distinct(names: pl.Series, fn, dtype) -> pl.Series:
+    """fn applied once per distinct value of a Categorical column (aligned with it).
+
+    Works on the categorical codes: casting millions of rows to strings is
+    what would cost time, not the few thousand distinct names."""
+    if names.dtype != pl.Categorical:
+        names = names.cast(pl.Categorical)
+    codes = names.to_physical()
+    distinct = pl.DataFrame({"code": codes, "name": names}).unique("code")
+    table = {c: fn(n) for c, n in zip(distinct["code"], distinct["name"].cast(pl.String))}
+    return codes.replace_strict(table, default=None, return_dtype=dtype).alias(names.name)
+
+
 def classify(events: pl.DataFrame, patterns: Mapping[str, str] | None = None, *, cpu: bool = False) -> pl.DataFrame:
     """Add a ``cls`` column to a frame of GPU events (or, with ``cpu=True``, of
     CPU ops, where unclassified ops get a null ``cls``)."""
     pats = merged_patterns(patterns)
     if events.height == 0:
         return events.with_columns(cls=pl.lit(None, dtype=pl.String))
-    pairs = events.select(pl.col("name").cast(pl.String), pl.col("cat").cast(pl.String)).unique()
     if cpu:
-        table = [classify_cpu_name(n, pats) for n in pairs["name"]]
+        cls = map_distinct(events["name"], lambda n: classify_cpu_name(n, pats), pl.String)
     else:
-        table = [classify_name(n, c, pats) for n, c in zip(pairs["name"], pairs["cat"])]
-    lookup = pairs.with_columns(cls=pl.Series(table, dtype=pl.String))
-    return events.with_columns(
-        pl.col("name").cast(pl.String).alias("_n"), pl.col("cat").cast(pl.String).alias("_c")
-    ).join(lookup.rename({"name": "_n", "cat": "_c"}), on=["_n", "_c"], how="left", maintain_order="left").drop(
-        "_n", "_c"
-    )
+        cls = map_distinct(events["name"], lambda n: classify_name(n, pats), pl.String)
+    return events.with_columns(cls.alias("cls"))

@@ -10,44 +10,52 @@
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
+from tptune.trace.classify import map_distinct
+
 DGRAD, WGRAD = "dgrad", "wgrad"
-_LAYOUT = r"(?:^|_)[NnTt]{2,3}(?:_|$)"
+_LAYOUT = re.compile(r"(?:^|_)([NnTt]{2})[NnTt]?(?=_|$)")
 _RANK = {"layout": 0, "order": 1, "unknown": 2}
+
+
+def _layout(name: str) -> str | None:
+    found = _LAYOUT.findall(name)
+    return found[-1].upper() if found else None
 
 
 def split_grads(ev: pl.DataFrame) -> pl.DataFrame:
     """Add ``grad`` (dgrad/wgrad/null) and ``grad_split`` (method, per node) to
     ev, for backward GEMMs that have a ``group`` (autograd node id)."""
     is_bwd_gemm = (pl.col("phase") == "backward") & (pl.col("cls") == "gemm") & pl.col("group").is_not_null()
-    token = pl.col("name").cast(pl.String).str.extract_all(_LAYOUT).list.last()
-    layout = token.str.replace_all("_", "").str.slice(0, 2).str.to_uppercase()
-    ev = ev.with_columns(
-        _layout=pl.when(is_bwd_gemm).then(layout),
-        _order=pl.when(is_bwd_gemm).then(pl.col("point").rank("ordinal").over("group")),
-        _n=pl.when(is_bwd_gemm).then(pl.len().over("group", is_bwd_gemm)),
+    rest = ev.filter(~is_bwd_gemm.fill_null(False)).with_columns(
+        grad=pl.lit(None, dtype=pl.String), grad_split=pl.lit(None, dtype=pl.String)
     )
-    by_layout = (
-        pl.col("_layout").is_in(["NN"]).any().over("group") & pl.col("_layout").is_in(["NT"]).any().over("group")
+    bg = ev.filter(is_bwd_gemm.fill_null(False))
+    bg = bg.with_columns(_layout=map_distinct(bg["name"], _layout, pl.String)).sort("point")
+    per_node = bg.group_by("group").agg(
+        _n=pl.len(), _nn=(pl.col("_layout") == "NN").any(), _nt=(pl.col("_layout") == "NT").any()
     )
     method = (
-        pl.when(~is_bwd_gemm)
-        .then(None)
-        .when(by_layout)
+        pl.when(pl.col("_nn") & pl.col("_nt"))
         .then(pl.lit("layout"))
         .when(pl.col("_n") == 2)
         .then(pl.lit("order"))
         .otherwise(pl.lit("unknown"))
     )
-    ev = ev.with_columns(grad_split=method)
+    bg = bg.join(per_node.select("group", method.alias("grad_split")), on="group", how="left").with_columns(
+        _order=pl.int_range(pl.len()).over("group")
+    )
     grad = (
         pl.when(pl.col("grad_split") == "layout")
         .then(pl.col("_layout").replace_strict({"NN": DGRAD, "NT": WGRAD}, default=None))
         .when(pl.col("grad_split") == "order")
-        .then(pl.when(pl.col("_order") == 1).then(pl.lit(DGRAD)).otherwise(pl.lit(WGRAD)))
+        .then(pl.when(pl.col("_order") == 0).then(pl.lit(DGRAD)).otherwise(pl.lit(WGRAD)))
     )
-    return ev.with_columns(grad=grad).drop("_layout", "_order", "_n")
+    bg = bg.with_columns(grad=grad).drop("_layout", "_order")
+    return pl.concat([rest, bg.select(rest.columns)], how="vertical_relaxed")
 
 
 def worst_method(methods: pl.Expr) -> pl.Expr:

@@ -18,6 +18,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 import msgspec
 import orjson
@@ -29,19 +30,20 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 CPU_CATS = ("cpu_op", "user_annotation", "python_function")
 
-_READ_BLOCK = 32 << 20
+_READ_BLOCK = 8 << 20
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,[ \t\r]*\n\s*\{")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
 
-class _Args(msgspec.Struct):
+# gc=False: millions of short-lived structs would otherwise trigger GC passes.
+class _Args(msgspec.Struct, gc=False):
     correlation: int | None = None
     external_id: int | None = msgspec.field(default=None, name="External id")
     stream: int | None = None
 
 
-class _Event(msgspec.Struct):
+class _Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
@@ -53,7 +55,31 @@ class _Event(msgspec.Struct):
     args: _Args | None = None
 
 
-_decode_events = msgspec.json.Decoder(list[_Event]).decode
+# Fast path: a union tagged on "ph", where only complete events ("X") keep
+# fields; flows, instants, metadata decode to empty structs. A chunk with an
+# unexpected "ph" falls back to the plain decoder.
+class _Complete(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args | None = None
+
+
+_OTHER_PHASES = [
+    msgspec.defstruct(f"_Phase{ord(p)}", [], gc=False, tag_field="ph", tag=p) for p in "BEiIsCbnetfPONDMRc"
+]
+_decode_tagged = msgspec.json.Decoder(list[Union[(_Complete, *_OTHER_PHASES)]]).decode
+_decode_plain = msgspec.json.Decoder(list[_Event]).decode
+
+
+def _decode_events(data: bytes) -> list:
+    try:
+        return [e for e in _decode_tagged(data) if type(e) is _Complete]
+    except msgspec.ValidationError:
+        return [e for e in _decode_plain(data) if e.ph == "X"]
 
 FRAME_SCHEMA = {
     "ts": pl.Int64,  # ns, exact (Kineto ts/dur are µs with 3 decimals)
@@ -90,12 +116,8 @@ def _to_ns(values: list[float]) -> pl.Series:
     return (pl.Series(values, dtype=pl.Float64) * 1000.0).round(0).cast(pl.Int64)
 
 
-def _int_or_none(v):
-    return v if type(v) is int else None
-
-
 def _chunk_frame(events: list[_Event]) -> pl.DataFrame:
-    keep = [e for e in events if e.ph == "X" and e.cat not in ("ac2g", "Trace")]
+    keep = [e for e in events if e.cat != "Trace"]
     no_args = _Args()
     args = [e.args or no_args for e in keep]
     df = pl.DataFrame(
@@ -104,8 +126,8 @@ def _chunk_frame(events: list[_Event]) -> pl.DataFrame:
             "dur": _to_ns([e.dur for e in keep]),
             "name": pl.Series([e.name for e in keep], dtype=pl.Categorical),
             "cat": pl.Series([e.cat for e in keep], dtype=pl.Categorical),
-            "pid": pl.Series([_int_or_none(e.pid) for e in keep], dtype=pl.Int64),
-            "tid": pl.Series([_int_or_none(e.tid) for e in keep], dtype=pl.Int64),
+            "pid": pl.Series([e.pid for e in keep], dtype=pl.Int64, strict=False),
+            "tid": pl.Series([e.tid for e in keep], dtype=pl.Int64, strict=False),
             "stream": pl.Series([a.stream for a in args], dtype=pl.Int64),
             "correlation": pl.Series([a.correlation for a in args], dtype=pl.Int64),
             "external_id": pl.Series([a.external_id for a in args], dtype=pl.Int64),
@@ -137,9 +159,10 @@ def _fail(path, what: str):
     raise TraceError(f"{path}: {what}")
 
 
-def _decode_chunk(path, chunk: bytes) -> pl.DataFrame:
+def _decode_chunk(path, chunk) -> pl.DataFrame:
+    """chunk: bytes-like holding a JSON array of events."""
     try:
-        events = _decode_events(b"[" + chunk + b"]")
+        events = _decode_events(chunk)
     except msgspec.DecodeError as e:
         raise _ChunkError(str(e)) from None
     return _chunk_frame(events)
@@ -163,46 +186,59 @@ def _split_tail(path, tail: bytes, header: bytes) -> tuple[pl.DataFrame, dict]:
             continue
         body = tail[:end].strip()
         try:
-            frame = _decode_chunk(path, body) if body else _chunk_frame([])
+            frame = _decode_chunk(path, b"[" + body + b"]") if body else _chunk_frame([])
         except _ChunkError as e:
             _fail(path, f"corrupt JSON in traceEvents ({e})")
         return frame, meta
     _fail(path, "truncated or corrupt JSON (traceEvents array or top-level object not closed)")
 
 
+def _last_boundary(buf: bytes, lower: int):
+    end = len(buf)
+    while (pos := buf.rfind(b"}", lower, end)) >= 0:
+        if m := _BOUNDARY.match(buf, pos):
+            return m
+        end = pos
+    return None
+
+
 def _read_frames(path: Path) -> tuple[list[pl.DataFrame], dict]:
     stream = _ByteStream(path)
     try:
         buf = b""
-        header = None
-        while header is None:
+        while not (m := _EVENTS_KEY.search(buf)):
             block = stream.read()
-            buf += block
-            m = _EVENTS_KEY.search(buf)
-            if m:
-                header, buf = buf[: m.end() - 1], buf[m.end() :]
-            elif not block:
+            if not block:
                 _not_a_trace(path, buf)
-            elif len(buf) > (64 << 20):
+            if len(buf) > (64 << 20):
                 _fail(path, "not a Chrome trace (no traceEvents in the first 64 MiB)")
-        frames = []
+            buf += block
+        header = buf[: m.end() - 1]
+        # One bytearray, starting with "[", decoded in place through a
+        # memoryview: at a boundary "}, <newline> {" the comma becomes "]" to
+        # close this chunk and the byte before "{" becomes "[" to open the next.
+        buf = bytearray(buf[m.end() - 1 :])
+        frames, searched = [], 0
         while True:
             block = stream.read()
             buf += block
+            cut = _last_boundary(buf, max(0, searched - 64))
+            searched = len(buf)
+            if cut is not None:
+                comma = buf.index(b",", cut.start())
+                buf[comma] = ord("]")
+                next_open = cut.end() - 2
+                buf[next_open] = ord("[")
+                with memoryview(buf) as view:
+                    try:
+                        frames.append(_decode_chunk(path, view[: comma + 1]))
+                    except _ChunkError as e:
+                        _fail(path, f"corrupt JSON in traceEvents ({e})")
+                del buf[:next_open]
+                searched = len(buf)
             if not block:
                 break
-            cut = None
-            for cut in _BOUNDARY.finditer(buf, max(0, len(buf) - len(block) - 64)):
-                pass
-            if cut is None:
-                continue
-            # Boundary match covers "}, \n {": keep "}" in this chunk, "{" in the next.
-            body, buf = buf[: cut.start() + 1], buf[cut.end() - 1 :]
-            try:
-                frames.append(_decode_chunk(path, body))
-            except _ChunkError as e:
-                _fail(path, f"corrupt JSON in traceEvents ({e})")
-        frame, meta = _split_tail(path, buf, header)
+        frame, meta = _split_tail(path, bytes(buf[1:]), header)
         frames.append(frame)
         return frames, meta
     finally:
@@ -244,7 +280,7 @@ def load_trace(path) -> LoadedTrace:
     frames = [f for f in frames if f.height] or [_empty_frame()]
     df = pl.concat(frames, how="vertical")
     del frames
-    cat = pl.col("cat").cast(pl.String)
+    cat = pl.col("cat")
     gpu = df.filter(cat.is_in(GPU_CATS)).sort("ts")
     runtime = df.filter(cat.is_in(RUNTIME_CATS)).sort("ts")
     cpu = df.filter(cat.is_in(CPU_CATS)).sort("ts")

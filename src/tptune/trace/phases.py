@@ -18,21 +18,26 @@ from collections.abc import Mapping
 
 import polars as pl
 
+from tptune.trace.classify import map_distinct
 from tptune.trace.intervals import outermost
 from tptune.trace.load import LoadedTrace
 
 FORWARD, BACKWARD = "forward", "backward"
 _NODE_PREFIX = "autograd::engine::evaluate_function: "
+_BACKWARD_OP = re.compile(r"Backward\d*$")
 
 
 def step_ranges(trace: LoadedTrace, pats: Mapping[str, re.Pattern]) -> pl.DataFrame:
     """ProfilerStep ranges: step, tid, s_start, s_end (sorted by s_start)."""
-    names = trace.cpu.select(pl.col("name").cast(pl.String)).unique()["name"]
-    steps = {n: int(m.group(1)) for n in names if (m := pats["step"].search(n))}
+    def step_of(name: str) -> int | None:
+        m = pats["step"].search(name)
+        return int(m.group(1)) if m else None
+
     return (
-        trace.cpu.filter(pl.col("name").cast(pl.String).is_in(list(steps)))
+        trace.cpu.with_columns(step=map_distinct(trace.cpu["name"], step_of, pl.Int64))
+        .filter(pl.col("step").is_not_null())
         .select(
-            pl.col("name").cast(pl.String).replace_strict(steps, return_dtype=pl.Int64).alias("step"),
+            "step",
             "tid",
             pl.col("ts").alias("s_start"),
             (pl.col("ts") + pl.col("dur")).alias("s_end"),
@@ -43,21 +48,24 @@ def step_ranges(trace: LoadedTrace, pats: Mapping[str, re.Pattern]) -> pl.DataFr
 
 def phase_markers(trace: LoadedTrace, pats: Mapping[str, re.Pattern]) -> pl.DataFrame:
     """Outermost forward/backward marker ranges per thread: tid, m_start, m_end, phase, marker."""
-    names = trace.cpu.select(pl.col("name").cast(pl.String)).unique()["name"]
-    phase_of = {}
-    for n in names:
-        # Backward first: "autograd::engine::evaluate_function: _LinearBackward" also matches nothing forward,
-        # but a name like "_LinearBackward" must not be read as forward.
-        if pats["backward"].search(n):
-            phase_of[n] = BACKWARD
-        elif pats["forward"].search(n):
-            phase_of[n] = FORWARD
-    m = trace.cpu.filter(pl.col("name").cast(pl.String).is_in(list(phase_of))).select(
-        "tid",
-        pl.col("ts").alias("m_start"),
-        (pl.col("ts") + pl.col("dur")).alias("m_end"),
-        pl.col("name").cast(pl.String).replace_strict(phase_of, return_dtype=pl.String).alias("phase"),
-        pl.col("name").cast(pl.String).alias("marker"),
+    def phase_of(name: str) -> str | None:
+        # Backward first: "_LinearBackward" must not be read as the forward "_Linear".
+        if pats["backward"].search(name):
+            return BACKWARD
+        if pats["forward"].search(name):
+            return FORWARD
+        return None
+
+    m = (
+        trace.cpu.with_columns(phase=map_distinct(trace.cpu["name"], phase_of, pl.String))
+        .filter(pl.col("phase").is_not_null())
+        .select(
+            "tid",
+            pl.col("ts").alias("m_start"),
+            (pl.col("ts") + pl.col("dur")).alias("m_end"),
+            "phase",
+            pl.col("name").cast(pl.String).alias("marker"),
+        )
     )
     if m.height == 0:
         return m
@@ -67,8 +75,10 @@ def phase_markers(trace: LoadedTrace, pats: Mapping[str, re.Pattern]) -> pl.Data
 def backward_nodes(trace: LoadedTrace) -> pl.DataFrame:
     """Outermost autograd node ranges per thread (tid, m_start, m_end): the unit
     within which dgrad and wgrad GEMMs are told apart."""
-    name = pl.col("name").cast(pl.String)
-    m = trace.cpu.filter(name.str.starts_with(_NODE_PREFIX) | name.str.contains(r"Backward\d*$")).select(
+    is_node = map_distinct(
+        trace.cpu["name"], lambda n: n.startswith(_NODE_PREFIX) or bool(_BACKWARD_OP.search(n)), pl.Boolean
+    )
+    m = trace.cpu.filter(is_node).select(
         "tid", pl.col("ts").alias("m_start"), (pl.col("ts") + pl.col("dur")).alias("m_end")
     )
     if m.height == 0:
@@ -117,7 +127,8 @@ def attribute(
         main.select("m_start", "m_end", "phase", "marker"), "m_start", "m_end", None,
     ).drop("m_start", "m_end")
     known = pl.concat([own.filter(pl.col("phase").is_not_null()), fallback], how="vertical_relaxed")
-    nodes = backward_nodes(trace).with_columns(group=pl.concat_str(pl.col("tid"), pl.lit(":"), pl.col("m_start")))
+    # A node's start time (ns) identifies it well enough.
+    nodes = backward_nodes(trace).with_columns(group=pl.col("m_start"))
     known = _in_window(
         known.rename({"ptid": "tid"}), nodes.select("tid", "m_start", "m_end", "group"), "m_start", "m_end", "tid"
     ).rename({"tid": "ptid"}).drop("m_start", "m_end")
@@ -125,7 +136,7 @@ def attribute(
         step=pl.lit(None, dtype=pl.Int64),
         phase=pl.lit(None, dtype=pl.String),
         marker=pl.lit(None, dtype=pl.String),
-        group=pl.lit(None, dtype=pl.String),
+        group=pl.lit(None, dtype=pl.Int64),
     )
     out = pl.concat([known, unknown.select(known.columns)], how="vertical_relaxed")
     return out.rename({"_etid": "tid"}).sort("ts")
