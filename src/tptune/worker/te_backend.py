@@ -1,0 +1,385 @@
+"""Transformer Engine backend: one op of a GPT layer built exactly as Megatron-core builds it.
+
+qkv / fc1  -> megatron.core.extensions.transformer_engine.TELayerNormColumnParallelLinear
+proj / fc2 -> TERowParallelLinear
+with ``tp_comm_buffer_name`` = the op's name, sequence parallelism on (TP > 1), bf16 params, no bias
+(Llama), RMSNorm, under ``parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)``.
+
+Variants:
+  none     TransformerConfig(tp_comm_overlap=False): TE's NCCL all-gather / reduce-scatter, no overlap.
+  ub.*     tp_comm_overlap=True and ``initialize_ub(shape=[seq*mbs, hidden], ub_cfgs=<the case's>)``
+           (tptune.search.ubcfg.case_ub_cfgs: the preset merged with the case's per-GEMM overrides);
+           ``destroy_ub()`` in close().
+  nocomm   the no-communication bound: the same local GEMMs and norm with TE's plain te.RMSNorm +
+           te.Linear (no TP). The collectives are replaced by local stand-ins that keep every shape:
+           column ops write the rank's normed tokens into its slice of a persistent full-token buffer
+           (the other slices hold fixed random data) and take their own slice of dgrad's output;
+           row ops keep their own slice of the full-token output and put grad_out into a persistent
+           full-token gradient. So fprop/dgrad/wgrad run on exactly the shapes of ops.op_gemms.
+
+Layout (Megatron): activations are [s, b, h]; sequence parallelism splits s. Column ops take the
+local [s/tp, b, hidden] input and return [s, b, out/tp]; row ops take [s, b, in/tp] and return
+[s/tp, b, hidden]. Inputs and grad_out are random with fixed seeds; weights are random with std
+1/sqrt(fan_in) (the same on every run, per rank), norm weights ones.
+
+The warm worker server runs many cases in one process: Megatron's model-parallel state is set up
+once per process; the userbuffers communicators (and the bootstrap process group initialize_ub
+creates) are built per case and torn down in close(). TE and Megatron are imported inside build(),
+so this module imports on machines without them. settings["te"]["bootstrap_backend"] (optional:
+gloo | nccl | mpi) is passed to initialize_ub; unset, TE picks (mpi if available, else gloo).
+"""
+from __future__ import annotations
+
+import gc
+import math
+
+import torch
+import torch.distributed as dist
+from torch.profiler import record_function
+
+from ..cases import Case
+from ..model import ModelConfig
+from ..ops import parallel_kind, weight_shape
+from .context import TORCH_DTYPES, RankContext
+
+KINDS = ("none", "nocomm", "ub")
+# TE's numerics check for bf16 comm+GEMM overlap (tests/pytorch/distributed/run_gemm_with_overlap.py):
+# at the element of largest absolute difference, fail if rel. error > RTOL *and* abs. error > ATOL.
+RTOL, ATOL = 0.02, 0.001
+LAYERNORM_EPS = 1e-5
+REQUIRE_CUDA = True   # tests switch this off to drive the code with stand-in TE/Megatron modules on CPU
+_INSTALL_HINT = "the te backend needs transformer_engine (>= 2.0) and megatron-core (pip install '.[gpu]')"
+
+
+def _import_te():
+    try:
+        import transformer_engine.pytorch as te  # noqa: F401
+        from megatron.core import parallel_state
+        from megatron.core.extensions import transformer_engine as mcore_te
+        from megatron.core.transformer.transformer_config import TransformerConfig
+        from transformer_engine.pytorch.module import base as te_base
+    except ImportError as exc:
+        raise ImportError(f"{_INSTALL_HINT}: {exc}") from exc
+    return te, te_base, parallel_state, mcore_te, TransformerConfig
+
+
+def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> None:
+    """Raise ValueError naming what this backend cannot run (before anything is built)."""
+    v = case.variant
+    if v.kind not in KINDS:
+        raise ValueError(f"{case.id}: variant {case.variant_id!r} is not a te-backend variant: the te "
+                         f"backend runs none, nocomm and ub.<preset>[+...]; chunked.n<N> is torch-only "
+                         f"(backend: torch)")
+    if world_size is not None and world_size != case.tp:
+        raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {world_size}")
+    w = mc.workload
+    if w.dtype not in TORCH_DTYPES:
+        raise ValueError(f"{case.id}: dtype {w.dtype!r} not supported (bf16, fp16, fp32)")
+    if w.seq_length % case.tp:
+        raise ValueError(f"{case.id}: seq_length={w.seq_length} is not divisible by tp={case.tp} "
+                         "(sequence parallelism splits the sequence)")
+    if v.kind == "ub":
+        if case.tp < 2:
+            raise ValueError(f"{case.id}: userbuffers overlap needs tp >= 2")
+        if w.dtype not in ("bf16", "fp16"):
+            raise ValueError(f"{case.id}: userbuffers overlap runs bf16 or fp16 only, got dtype={w.dtype}")
+
+
+def _ub_cfgs(case: Case) -> dict:
+    from ..search.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
+    return case_ub_cfgs(case)
+
+
+class _FakeGather(torch.autograd.Function):
+    """nocomm stand-in for the sequence-parallel all-gather: the local tokens go into the rank's slice
+    of a full-token buffer (mark_dirty: written in place); backward keeps the rank's slice."""
+
+    @staticmethod
+    def forward(ctx, x_local, full, rank, world):
+        full.view(world, -1, *full.shape[1:])[rank].copy_(x_local)
+        ctx.mark_dirty(full)
+        ctx.rank, ctx.world = rank, world
+        return full
+
+    @staticmethod
+    def backward(ctx, grad_full):
+        return grad_full.view(ctx.world, -1, *grad_full.shape[1:])[ctx.rank], None, None, None
+
+
+class _FakeScatter(torch.autograd.Function):
+    """nocomm stand-in for the reduce-scatter: keep the rank's slice of the full-token output;
+    backward writes the local gradient into the rank's slice of a persistent full-token gradient."""
+
+    @staticmethod
+    def forward(ctx, y_full, rank, world, grad_full):
+        ctx.rank, ctx.world, ctx.grad_full = rank, world, grad_full
+        return y_full.view(world, -1, *y_full.shape[1:])[rank]
+
+    @staticmethod
+    def backward(ctx, grad_local):
+        g = ctx.grad_full
+        g.view(ctx.world, -1, *g.shape[1:])[ctx.rank].copy_(grad_local)
+        return g, None, None, None
+
+
+def _max_err(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """TE's measure: the largest absolute difference and the relative error at that element."""
+    diff = (test.float() - ref.float()).abs().flatten()
+    m = int(torch.argmax(diff))
+    abs_err = float(diff[m])
+    rel_err = abs_err / max(abs(float(ref.flatten()[m])), 1e-5)
+    return abs_err, rel_err
+
+
+class TeOpBench:
+    """One op's Megatron-core TE layer on one rank (the bench interface of worker.harness)."""
+
+    def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
+        check_case(case, mc, ctx.world_size)
+        if REQUIRE_CUDA and not ctx.is_cuda:
+            raise ValueError(f"{case.id}: the te backend needs CUDA GPUs (use backend: torch on CPU)")
+        self.case, self.mc, self.ctx = case, mc, ctx
+        self.kind = case.variant.kind
+        self.te_settings = dict(settings.get("te") or {})
+        self.tp, self.rank = case.tp, ctx.rank
+        self.dtype = TORCH_DTYPES[mc.workload.dtype]
+        self.column = parallel_kind(case.op) == "column"
+        self.k_in, self.n_out = weight_shape(case.op, mc)
+        self.ub_cfgs = _ub_cfgs(case) if self.kind == "ub" else None  # validate before touching the GPU
+        self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
+        self._ub_groups: list = []
+        self._ub_live = False
+        self.layer = self.norm = self.linear = None
+        self.full_in = self.full_grad = None
+        self.out = None
+        try:
+            if self.kind == "nocomm":
+                self._build_nocomm()
+            else:
+                self._ensure_model_parallel()
+                if self.kind == "ub":
+                    self._init_ub()
+                self.layer = self._tp_layer(overlap=self.kind == "ub")
+            self._init_params(seed)
+            self._init_data(seed)
+        except BaseException:
+            self._teardown(collective=False)  # this rank is failing: the server exits after reporting
+            raise
+
+    # -- construction ---------------------------------------------------------------------------
+    def _ensure_model_parallel(self) -> None:
+        ps = self.ps
+        if ps.model_parallel_is_initialized():
+            have = ps.get_tensor_model_parallel_world_size()
+            if have != self.tp:
+                raise RuntimeError(f"{self.case.id}: Megatron model parallel state already set up for "
+                                   f"tp={have} in this process")
+            return
+        ps.initialize_model_parallel(tensor_model_parallel_size=self.tp, create_gloo_process_groups=False)
+
+    def _config(self, overlap: bool):
+        m = self.mc.model
+        return self.TransformerConfig(
+            num_layers=1, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
+            num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
+            kv_channels=m.kv_channels, gated_linear_unit=m.gated_mlp, add_bias_linear=False,
+            normalization="RMSNorm", layernorm_epsilon=LAYERNORM_EPS,
+            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, tp_comm_overlap=overlap,
+            params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
+            perform_initialization=False,  # weights are set from a fixed seed in _init_params
+        )
+
+    def _tp_layer(self, overlap: bool):
+        """The op's layer as Megatron's GPT layer builds it (attention.py / mlp.py)."""
+        cfg = self._config(overlap)
+        init = cfg.init_method
+        if self.column:
+            return self.mcore_te.TELayerNormColumnParallelLinear(
+                self.k_in, self.n_out, config=cfg, init_method=init, gather_output=False, bias=False,
+                skip_bias_add=self.case.op != "qkv", is_expert=False, tp_comm_buffer_name=self.case.op)
+        return self.mcore_te.TERowParallelLinear(
+            self.k_in, self.n_out, config=cfg, init_method=cfg.output_layer_init_method, bias=False,
+            input_is_parallel=True, skip_bias_add=True, is_expert=False, tp_comm_buffer_name=self.case.op)
+
+    def _build_nocomm(self) -> None:
+        te, dev, dt = self.te, self.ctx.device, self.dtype
+        w = self.mc.workload
+        if self.column:
+            self.norm = te.RMSNorm(self.k_in, eps=LAYERNORM_EPS, device=dev, dtype=dt)
+            self.linear = te.Linear(self.k_in, self.n_out // self.tp, bias=False, params_dtype=dt, device=dev)
+        else:
+            self.linear = te.Linear(self.k_in // self.tp, self.n_out, bias=False, params_dtype=dt, device=dev)
+        gen = torch.Generator(device=dev).manual_seed(7 + self.rank)
+        if self.tp > 1 and self.column:
+            self.full_in = torch.randn((w.seq_length, w.micro_batch_size, self.k_in), generator=gen,
+                                       device=dev, dtype=dt)
+        if self.tp > 1 and not self.column:
+            self.full_grad = torch.randn((w.seq_length, w.micro_batch_size, self.n_out), generator=gen,
+                                         device=dev, dtype=dt)
+
+    def _init_ub(self) -> None:
+        base = self.te_base
+        if base.is_ub_initialized():  # left over from a case that failed before close()
+            base.destroy_ub()
+        w, h = self.mc.workload, self.mc.model.hidden_size
+        kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": self.tp, "dtype": self.dtype,
+                  "ub_cfgs": self.ub_cfgs}
+        mode = getattr(base, "UserBufferQuantizationMode", None)
+        if mode is not None:
+            kwargs["quantization_modes"] = [mode.NONE]      # = use_fp8=False, without the deprecation
+        else:
+            kwargs["use_fp8"] = False
+        if self.te_settings.get("bootstrap_backend"):
+            kwargs["bootstrap_backend"] = self.te_settings["bootstrap_backend"]
+        before = set(_pg_map())
+        try:
+            base.initialize_ub(**kwargs)
+            self._ub_live = True
+        finally:
+            self._ub_groups = [pg for pg in _pg_map() if pg not in before]
+
+    def _params(self) -> dict[str, torch.nn.Parameter]:
+        if self.layer is not None:
+            p = {"weight": self.layer.weight}
+            if self.column:
+                p["norm_weight"] = self.layer.layer_norm_weight
+            return p
+        p = {"weight": self.linear.weight}
+        if self.norm is not None:
+            p["norm_weight"] = self.norm.weight
+        return p
+
+    def _init_params(self, seed: int) -> None:
+        gen = torch.Generator(device=self.ctx.device).manual_seed(seed * 1000 + self.rank)
+        with torch.no_grad():
+            for name, p in self._params().items():
+                if name == "weight":
+                    p.normal_(0.0, 1.0 / math.sqrt(self.k_in), generator=gen)
+                else:
+                    p.fill_(1.0)
+
+    def _init_data(self, seed: int) -> None:
+        w = self.mc.workload
+        s, b, tp = w.seq_length, w.micro_batch_size, self.tp
+        if self.column:
+            x_shape, out_shape = (s // tp, b, self.k_in), (s, b, self.n_out // tp)
+        else:
+            x_shape, out_shape = (s, b, self.k_in // tp), (s // tp, b, self.n_out)
+        dev = self.ctx.device
+        gen = torch.Generator(device=dev).manual_seed(seed + 17 * self.rank)
+        self.x = torch.randn(x_shape, generator=gen, device=dev, dtype=self.dtype).requires_grad_(True)
+        gen = torch.Generator(device=dev).manual_seed(99 + self.rank)
+        self.grad_out = torch.randn(out_shape, generator=gen, device=dev, dtype=self.dtype)
+
+    # -- the bench interface ----------------------------------------------------------------------
+    def _run(self, x: torch.Tensor, layer=None) -> torch.Tensor:
+        layer = layer if layer is not None else self.layer
+        if layer is not None:
+            out = layer(x)
+            return out[0] if isinstance(out, tuple) else out
+        if self.column:
+            y = self.norm(x)
+            if self.tp > 1:
+                with record_function("tptune.nocomm.gather"):
+                    y = _FakeGather.apply(y, self.full_in.detach(), self.rank, self.tp)
+            return self.linear(y)
+        y = self.linear(x)
+        if self.tp > 1:
+            with record_function("tptune.nocomm.scatter"):
+                y = _FakeScatter.apply(y, self.rank, self.tp, self.full_grad)
+        return y
+
+    def forward(self):
+        self.out = self._run(self.x)
+        return self.out
+
+    def backward(self):
+        self.out.backward(self.grad_out)
+        self.out = None
+
+    def zero_grad(self):
+        self.x.grad = None
+        for p in self._params().values():
+            p.grad = None
+
+    def gradients(self) -> dict[str, torch.Tensor]:
+        return {"input": self.x.grad, **{k: p.grad for k, p in self._params().items()}}
+
+    # -- correctness --------------------------------------------------------------------------------
+    def correctness(self) -> dict:
+        """ub: output and gradients against a no-overlap layer (tp_comm_overlap=False) with the same
+        weights, input and grad_out, by TE's bf16 criterion; worst over ranks. none/nocomm: finite."""
+        self.zero_grad()
+        out = self._run(self.x)
+        out.backward(self.grad_out)
+        test = {"output": out.detach(), **{k: g.detach() for k, g in self.gradients().items()}}
+        self.zero_grad()
+        del out
+        if self.kind != "ub":
+            finite = all(bool(torch.isfinite(t).all()) for t in test.values())
+            flag = torch.tensor([0.0 if finite else 1.0], device=self.ctx.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.group)
+            return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": "finite output and gradients",
+                    "tensors": sorted(test)}
+        ref_layer = self._tp_layer(overlap=False)
+        with torch.no_grad():
+            ref_params = {"weight": ref_layer.weight}
+            if self.column:
+                ref_params["norm_weight"] = ref_layer.layer_norm_weight
+            for k, p in self._params().items():
+                ref_params[k].copy_(p)
+        x_ref = self.x.detach().clone().requires_grad_(True)
+        out_ref = self._run(x_ref, layer=ref_layer)
+        out_ref.backward(self.grad_out)
+        ref = {"output": out_ref.detach(), "input": x_ref.grad,
+               **{k: p.grad for k, p in ref_params.items()}}
+        names = sorted(test)
+        errs = torch.tensor([v for n in names for v in _max_err(test[n], ref[n])], device=self.ctx.device,
+                            dtype=torch.float64)
+        dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=self.ctx.group)
+        errs = errs.tolist()
+        abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
+        rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
+        failed = [n for n in names if rel_e[n] > RTOL and abs_e[n] > ATOL]
+        del ref_layer, out_ref, x_ref, ref, test
+        self.ctx.sync()
+        return {"ok": not failed, "failed": failed, "reference": "same layer with tp_comm_overlap=False",
+                "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": RTOL, "atol": ATOL,
+                "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
+
+    # -- teardown -------------------------------------------------------------------------------------
+    def close(self):
+        self._teardown(collective=True)
+
+    def _teardown(self, collective: bool) -> None:
+        self.out = None
+        self.layer = self.norm = self.linear = None
+        self.full_in = self.full_grad = None
+        self.x = self.grad_out = None
+        if self._ub_live:
+            if collective:
+                # Every rank must be done with the IPC-shared buffers before any rank frees them.
+                self.ctx.sync()
+                dist.barrier(group=self.ctx.cpu_group)
+            self.te_base.destroy_ub()
+            self._ub_live = False
+        gc.collect()
+        if collective:
+            for pg in self._ub_groups:  # initialize_ub's bootstrap group: one more per case otherwise
+                try:
+                    dist.destroy_process_group(pg)
+                except Exception:  # noqa: BLE001 - a leaked group only costs a few sockets
+                    pass
+        self._ub_groups = []
+
+
+def _pg_map() -> list:
+    try:
+        from torch.distributed import distributed_c10d as c10d
+        return list(c10d._world.pg_map)
+    except Exception:  # noqa: BLE001 - private API; without it the bootstrap groups just stay
+        return []
+
+
+def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict) -> TeOpBench:
+    return TeOpBench(case, mc, ctx, settings)
