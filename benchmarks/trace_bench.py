@@ -255,11 +255,13 @@ def main(argv=None) -> int:
     ap.add_argument("--no-hta", action="store_true")
     ap.add_argument("--gzip", action="store_true", help="also time a .json.gz copy")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--workers", default=None, help="TPTUNE_TRACE_WORKERS for tptune (1 = no worker processes)")
     args = ap.parse_args(argv)
     size = 20 if args.small else args.size_mb
     work = Path(args.workdir or tempfile.mkdtemp(prefix="trace_bench_"))
     work.mkdir(parents=True, exist_ok=True)
     results = {}
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start", flush=True)
     for comm in ("ub", "nccl"):
         d = work / comm
         d.mkdir(exist_ok=True)
@@ -273,8 +275,9 @@ def main(argv=None) -> int:
         if args.gzip and comm == "ub":
             subprocess.run(["gzip", "-k", "-1", "-f", str(path)], check=True)
             files.append(path.with_suffix(".json.gz"))
+        env = dict(os.environ, **({"TPTUNE_TRACE_WORKERS": args.workers} if args.workers else {}))
         for f in files:
-            r = run_measured([sys.executable, "-m", "tptune.trace.cli", str(f), "--json"])
+            r = run_measured([sys.executable, "-m", "tptune.trace.cli", str(f), "--json"], env=env)
             print(f"[{comm}] tptune analyze {f.name}: {r['wall_s']:.2f} s, {mb / r['wall_s']:.0f} MB/s "
                   f"(of JSON), peak RSS {r['peak_rss_mb']:.0f} MB = {r['peak_rss_mb'] / mb:.2f}x file", flush=True)
             results[f"{comm}:{f.name}"] = r | {"mb": mb}

@@ -14,8 +14,12 @@ simply decodes as one chunk.
 from __future__ import annotations
 
 import gzip
+import io
+import multiprocessing
+import os
 import re
 import zlib
+from concurrent.futures import ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
@@ -31,6 +35,10 @@ RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 CPU_CATS = ("cpu_op", "user_annotation", "python_function")
 
 _READ_BLOCK = 8 << 20
+# Big traces are decoded by a few worker processes (decoding is CPU-bound and
+# holds the GIL); small ones in process, where starting workers would cost more.
+_PARALLEL_MIN_BYTES = 96 << 20
+_MAX_WORKERS = 4
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,[ \t\r]*\n\s*\{")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -143,7 +151,8 @@ class _ByteStream:
         self.path = path
         with open(path, "rb") as f:
             magic = f.read(2)
-        self._f = gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+        self.gzipped = magic == b"\x1f\x8b"
+        self._f = gzip.open(path, "rb") if self.gzipped else open(path, "rb")
 
     def read(self) -> bytes:
         try:
@@ -202,8 +211,74 @@ def _last_boundary(buf: bytes, lower: int):
     return None
 
 
+def _decode_chunk_ipc(path: str, chunk: bytes) -> bytes:
+    """Worker side of _Pool: decode a chunk, ship the frame back as Arrow IPC."""
+    try:
+        frame = _decode_chunk(path, chunk)
+    except _ChunkError as e:
+        raise TraceError(f"{path}: corrupt JSON in traceEvents ({e})") from None
+    out = io.BytesIO()
+    frame.write_ipc(out)
+    return out.getvalue()
+
+
+class _InProcess:
+    def __init__(self, path):
+        self.path, self.frames = path, []
+
+    def submit(self, chunk):
+        try:
+            self.frames.append(_decode_chunk(self.path, chunk))
+        except _ChunkError as e:
+            _fail(self.path, f"corrupt JSON in traceEvents ({e})")
+
+    def results(self) -> list[pl.DataFrame]:
+        return self.frames
+
+    def close(self):
+        pass
+
+
+class _Pool:
+    """Decodes chunks in worker processes; at most 2 chunks per worker in flight
+    so that memory stays bounded."""
+
+    def __init__(self, path, workers: int):
+        self.path, self.workers = str(path), workers
+        self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pending, self.frames = [], []
+
+    def _collect(self, block: bool):
+        while self.pending and (block or self.pending[0].done()):
+            self.frames.append(pl.read_ipc(io.BytesIO(self.pending.pop(0).result())))
+
+    def submit(self, chunk):
+        self.pending.append(self.executor.submit(_decode_chunk_ipc, self.path, bytes(chunk)))
+        if len(self.pending) > 2 * self.workers:
+            wait(self.pending[:1])
+        self._collect(block=False)
+
+    def results(self) -> list[pl.DataFrame]:
+        self._collect(block=True)
+        return self.frames
+
+    def close(self):
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _decoder(path: Path, size_hint: int):
+    # One core stays with the reading process. TPTUNE_TRACE_WORKERS overrides
+    # (1 = decode in process).
+    workers = int(os.environ.get("TPTUNE_TRACE_WORKERS", min((os.cpu_count() or 1) - 1, _MAX_WORKERS)))
+    if size_hint < _PARALLEL_MIN_BYTES or workers < 2:
+        return _InProcess(path)
+    return _Pool(path, workers)
+
+
 def _read_frames(path: Path) -> tuple[list[pl.DataFrame], dict]:
     stream = _ByteStream(path)
+    size_hint = path.stat().st_size * (5 if stream.gzipped else 1)
+    decoder = _decoder(path, size_hint)
     try:
         buf = b""
         while not (m := _EVENTS_KEY.search(buf)):
@@ -218,7 +293,7 @@ def _read_frames(path: Path) -> tuple[list[pl.DataFrame], dict]:
         # memoryview: at a boundary "}, <newline> {" the comma becomes "]" to
         # close this chunk and the byte before "{" becomes "[" to open the next.
         buf = bytearray(buf[m.end() - 1 :])
-        frames, searched = [], 0
+        searched = 0
         while True:
             block = stream.read()
             buf += block
@@ -230,18 +305,17 @@ def _read_frames(path: Path) -> tuple[list[pl.DataFrame], dict]:
                 next_open = cut.end() - 2
                 buf[next_open] = ord("[")
                 with memoryview(buf) as view:
-                    try:
-                        frames.append(_decode_chunk(path, view[: comma + 1]))
-                    except _ChunkError as e:
-                        _fail(path, f"corrupt JSON in traceEvents ({e})")
+                    decoder.submit(view[: comma + 1])
                 del buf[:next_open]
                 searched = len(buf)
             if not block:
                 break
         frame, meta = _split_tail(path, bytes(buf[1:]), header)
+        frames = decoder.results()
         frames.append(frame)
         return frames, meta
     finally:
+        decoder.close()
         stream.close()
 
 
