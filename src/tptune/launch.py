@@ -20,7 +20,7 @@ from .cases import Case
 from .envinfo import launch_env
 from .gpupool import GpuPool, count_gpus, visible_ids
 from .model import ModelConfig
-from .worker.timing import slowest_rank, stats
+from .stats import slowest_rank, stats
 
 RUN_JSON = "run.json"
 _FAILURE_RULES = [  # (substring, kind, transient) - first match wins
@@ -146,6 +146,8 @@ class Launcher:
 
     def _retire_overlapping(self, gpus: list[str], keep: WorkerGroup) -> None:
         """Idle groups on any of our GPUs hold memory there: stop them (we hold the locks, so they are idle)."""
+        if self.device != "cuda":
+            return
         for entry in self.pool_dir.glob("srv-*.json"):
             other = entry.stem[4:].split("-")
             if other != keep.gpus and set(other) & set(gpus):

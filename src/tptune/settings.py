@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from .errors import ConfigError
 from .gpupool import count_gpus
+from .schema import problems as schema_problems
 from .model import ModelConfig, load_model
 from .ops import OPS
 
@@ -27,12 +27,7 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 
 def _schema_problems(config: dict) -> list[str]:
-    validator = jsonschema.Draft202012Validator(SCHEMA)
-    problems = []
-    for err in sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path)):
-        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        problems.append(f"field '{where}': {err.message}")
-    return problems
+    return schema_problems(config, SCHEMA)
 
 
 def te_available() -> bool:

@@ -1,0 +1,27 @@
+rule model:
+    output:
+        f"{RUN_DIR}/model.json",
+    input:
+        cfg=ancient(CONFIG_JSON),
+        model_file=config["model"],
+    params:
+        model=json.dumps(S.model.to_dict()["model"] | S.model.to_dict()["workload"], sort_keys=True),
+    log:
+        f"{RUN_DIR}/logs/model.log",
+    shell:
+        "tptune model --config {input.cfg} --out {output} > {log} 2>&1"
+
+
+rule plan:
+    output:
+        report(f"{RUN_DIR}/plan.parquet", category="Plan"),
+        f"{RUN_DIR}/plan.csv",
+    input:
+        cfg=ancient(CONFIG_JSON),
+        model=f"{RUN_DIR}/model.json",
+    params:
+        plan=json.dumps({"tp": S.tp_sizes, "ops": S.ops, "hw": config.get("hardware")}, sort_keys=True),
+    log:
+        f"{RUN_DIR}/logs/plan.log",
+    shell:
+        "tptune plan --config {input.cfg} --out {output[0]} > {log} 2>&1"

@@ -1,0 +1,86 @@
+# Data-dependent searches. Each step of each binary search (one op, TP and dimension) is one
+# checkpoint job; the next step's cases are known only once it has run. The TP decision of each op
+# is a chain of checkpoints too: TP*2 is measured only when TP passed.
+checkpoint search_step:
+    output:
+        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/step{{step}}.json",
+    input:
+        unpack(search_step_inputs),
+        cfg=ancient(CONFIG_JSON),
+    params:
+        settings=search_params,
+        prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
+    log:
+        f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
+    shell:
+        "tptune search-step --config {input.cfg} --run-dir {RUN_DIR} --op {wildcards.op} --tp {wildcards.tp}"
+        " --dim {wildcards.dim} --step {wildcards.step} {params.prev} --out {output} > {log} 2>&1"
+
+
+rule search_result:
+    output:
+        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/result.json",
+    input:
+        search_result_input,
+    shell:
+        "cp {input} {output}"
+
+
+checkpoint tp_results:
+    output:
+        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/results.json",
+    input:
+        tp_results_inputs,
+    shell:
+        "{PYTHON} -c 'import json,sys; json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1], \"w\"), indent=1)'"
+        " {output} {input}"
+
+
+rule tp_point:
+    output:
+        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/point.json",
+    input:
+        unpack(tp_point_inputs),
+        cfg=ancient(CONFIG_JSON),
+    params:
+        settings=search_params,
+    log:
+        f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-point.log",
+    shell:
+        "tptune tp-point --config {input.cfg} --run-dir {RUN_DIR} --op {wildcards.op} --tp {wildcards.tp}"
+        " --out {output} > {log} 2>&1"
+
+
+checkpoint tp_step:
+    output:
+        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/decision.json",
+    input:
+        points=tp_step_inputs,
+        cfg=ancient(CONFIG_JSON),
+    params:
+        settings=search_params,
+        tps=json.dumps(S.tp_sizes),
+    log:
+        f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-decision.log",
+    shell:
+        "tptune tp-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        " --points {input.points} --out {output} > {log} 2>&1"
+
+
+rule op_final:
+    output:
+        f"{RUN_DIR}/search/{{op}}/final.json",
+    input:
+        op_final_input,
+    shell:
+        "cp {input} {output}"
+
+
+checkpoint searches_done:
+    output:
+        f"{RUN_DIR}/search/done.json",
+    input:
+        [f"{RUN_DIR}/search/{op}/final.json" for op in S.ops],
+    shell:
+        "{PYTHON} -c 'import json,sys; json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1], \"w\"), indent=1)'"
+        " {output} {input}"

@@ -1,0 +1,108 @@
+"""Per case: trace metrics to Parquet. Per run: one table of every case's timings, metrics and verdict."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from .cases import parse_case_id
+from .errors import TraceError
+from .trace import overlap_verdict, summarize, trace_metrics
+
+PHASE_PREFIX = {"forward": "fwd", "backward": "bwd"}
+METRICS = ("wall_ms", "gemm_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "other_ms")
+
+
+def analyze_case(run_json: Path, out: Path) -> pl.DataFrame:
+    """Metrics per rank/step/phase of one case's traces; a failed case or unreadable trace gives a
+    one-row frame with ``error`` set, so the run goes on and the table shows why."""
+    run = json.loads(run_json.read_text())
+    error = None
+    df = None
+    if run["status"] != "ok":
+        error = f"case failed: {(run.get('error') or {}).get('kind')}"
+    elif not run.get("traces"):
+        error = "no traces recorded (timing.profile_steps = 0)"
+    else:
+        try:
+            df = trace_metrics([run_json.parent / t for t in run["traces"]])
+        except (TraceError, ValueError) as exc:
+            error = f"trace analysis failed: {exc}"
+    if df is None:
+        df = pl.DataFrame({"error": [error]})
+    else:
+        df = df.with_columns(pl.lit(None, dtype=pl.String).alias("error"))
+    df = df.with_columns(pl.lit(run["case"]).alias("case"))
+    for col in df.columns:  # Parquet has no type for sets/objects: stream sets become strings
+        if df[col].dtype == pl.Object or isinstance(df[col].dtype, pl.List):
+            df = df.with_columns(pl.col(col).cast(pl.List(pl.String)).list.join(",").alias(col))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.write_parquet(out)
+    return df
+
+
+def case_summary(analysis: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
+    if "error" in analysis.columns and analysis["error"].drop_nulls().len():
+        return None, analysis["error"].drop_nulls()[0]
+    return summarize(analysis.drop("error", "case")), None
+
+
+def _flatten_summary(summary: pl.DataFrame | None) -> dict:
+    out = {}
+    if summary is None:
+        return out
+    for row in summary.iter_rows(named=True):
+        pre = PHASE_PREFIX.get(row["phase"], row["phase"])
+        for m in METRICS:
+            out[f"{pre}_{m}"] = row.get(f"{m}_max")
+    return out
+
+
+def _timing(run: dict, key: str, field: str):
+    return ((run.get("timing") or {}).get(key) or {}).get(field)
+
+
+def collect(run_dir: Path, run_jsons: list[Path], out: Path) -> pl.DataFrame:
+    runs = {}
+    for p in run_jsons:
+        r = json.loads(Path(p).read_text())
+        runs[r["case"]] = r
+    summaries = {}
+    rows = []
+    for cid, r in runs.items():
+        case = parse_case_id(cid)
+        apath = run_dir / "analysis" / case.op / f"tp{case.tp}" / f"{case.variant_id}.parquet"
+        summary, aerr = case_summary(pl.read_parquet(apath)) if apath.exists() else (None, "not analysed")
+        summaries[cid] = summary
+        err = r.get("error") or {}
+        corr = r.get("correctness") or {}
+        launch = r.get("launch") or {}
+        status = r["status"] if r["status"] != "ok" or summary is not None or aerr.startswith("no traces") \
+            else "failed"
+        rows.append({
+            "case": cid, "op": case.op, "tp": case.tp, "variant": case.variant_id, "kind": case.variant.kind,
+            "status": status,
+            "error_kind": err.get("kind") or (None if status == "ok" else "trace"),
+            "error": (err.get("message") or (aerr if status != "ok" else None)),
+            "median_ms": _timing(r, "total_ms", "median"), "p10_ms": _timing(r, "total_ms", "p10"),
+            "p90_ms": _timing(r, "total_ms", "p90"), "spread": _timing(r, "total_ms", "spread"),
+            "n": _timing(r, "total_ms", "n"),
+            "fwd_median_ms": _timing(r, "fwd_ms", "median"), "bwd_median_ms": _timing(r, "bwd_ms", "median"),
+            "correct": corr.get("ok") if corr else None,
+            "server_started": launch.get("server_started"), "case_s": launch.get("case_s"),
+            "wall_s": r.get("wall_s"),
+            **_flatten_summary(summary), "analysis_error": aerr,
+        })
+    for row in rows:  # verdict against the no-overlap case of the same op and TP
+        base = summaries.get(f"{row['op']}-tp{row['tp']}-none")
+        mine = summaries.get(row["case"])
+        if row["kind"] in ("chunked", "ub") and base is not None and mine is not None:
+            row["verdict"], row["verdict_reason"] = overlap_verdict(mine, base)
+        else:
+            row["verdict"], row["verdict_reason"] = None, None
+    df = pl.DataFrame(rows, infer_schema_length=None).sort("op", "tp", "median_ms", nulls_last=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.write_parquet(out)
+    df.write_csv(out.with_suffix(".csv"))
+    return df

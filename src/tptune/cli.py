@@ -1,0 +1,228 @@
+"""`tptune` command line: what the Snakemake rules run, and ad-hoc analysis of traces."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import TptuneError
+
+
+def _settings(path: str):
+    from .settings import resolve
+
+    cfg = json.loads(Path(path).read_text())
+    source, base_dir = cfg.pop("_source", path), cfg.pop("_base_dir", ".")
+    return resolve(cfg, source=source, base_dir=base_dir)
+
+
+def _write_json(path: str | Path, obj) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    tmp.replace(path)
+
+
+def cmd_validate(a) -> int:
+    from .settings import load_config_files, resolve
+
+    cfg = load_config_files(*a.configfile)
+    s = resolve(cfg, source=", ".join(a.configfile))
+    m, w = s.model.model, s.model.workload
+    print(f"ok: {m.name} hidden={m.hidden_size} ffn={m.ffn_hidden_size} heads={m.num_attention_heads} "
+          f"groups={m.num_query_groups} kv={m.kv_channels} gated={m.gated_mlp} | seq={w.seq_length} "
+          f"mbs={w.micro_batch_size} {w.dtype} | backend={s.backend} device={s.device} tp={s.tp_sizes} run={s.run}")
+    return 0
+
+
+def cmd_model(a) -> int:
+    s = _settings(a.config)
+    _write_json(a.out, s.model.to_dict())
+    return 0
+
+
+def cmd_plan(a) -> int:
+    from .plan import Hardware, build_plan
+
+    s = _settings(a.config)
+    plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.config.get("hardware")), s.ops)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plan.write_parquet(out)
+    plan.write_csv(out.with_suffix(".csv"))
+    return 0
+
+
+def cmd_profile(a) -> int:
+    from .cases import parse_case_id
+    from .launch import Launcher
+
+    s = _settings(a.config)
+    case = parse_case_id(a.case)
+    op_settings = dict(s.op_settings(case.op))
+    op_settings["fault"] = s.config.get("faults", {}).get(case.id)
+    run = Launcher(s.launcher_settings()).profile(case, s.model, Path(a.out).parent, op_settings)
+    err = run.get("error") or {}
+    print(f"{case.id}: {run['status']}" + (f" ({err.get('kind')}: {err.get('message', '')[:300]})" if err else ""))
+    return 0
+
+
+def cmd_analyze_case(a) -> int:
+    from .analyze import analyze_case
+
+    analyze_case(Path(a.run_json), Path(a.out))
+    return 0
+
+
+def cmd_search_step(a) -> int:
+    from .workflow import step_record
+
+    s = _settings(a.config)
+    prev = json.loads(Path(a.prev).read_text()) if a.prev else None
+    rec = step_record(s, a.op, a.tp, a.dim, a.step, prev, Path(a.run_dir))
+    _write_json(a.out, rec)
+    return 0
+
+
+def cmd_tp_point(a) -> int:
+    from .decide import tp_point
+
+    s = _settings(a.config)
+    _write_json(a.out, tp_point(s, a.op, a.tp, Path(a.run_dir)))
+    return 0
+
+
+def cmd_tp_step(a) -> int:
+    from .decide import tp_step
+
+    s = _settings(a.config)
+    points = {int(Path(p).parent.name[2:]): json.loads(Path(p).read_text()) for p in a.points}
+    _write_json(a.out, tp_step(s, a.op, a.tp, points))
+    return 0
+
+
+def cmd_decide(a) -> int:
+    from .decide import decide
+
+    s = _settings(a.config)
+    decide(s, Path(a.run_dir), [Path(p) for p in a.decisions])
+    return 0
+
+
+def cmd_collect(a) -> int:
+    from .analyze import collect
+
+    collect(Path(a.run_dir), [Path(p) for p in a.run_jsons], Path(a.out))
+    return 0
+
+
+def cmd_report(a) -> int:
+    from .report import render_report
+
+    s = _settings(a.config)
+    render_report(s, Path(a.run_dir), Path(a.out))
+    return 0
+
+
+def cmd_failed(a) -> int:
+    for p in sorted(Path(a.run_dir).glob("cases/*/*/*/run.json")):
+        if json.loads(p.read_text()).get("status") != "ok":
+            print(p)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tptune", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("validate", help="check a run config and its model before anything runs")
+    p.add_argument("configfile", nargs="+")
+    p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("model", help="write the resolved model and workload")
+    p.add_argument("--config", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_model)
+
+    p = sub.add_parser("plan", help="analytic plan: shapes, FLOPs, bytes, estimates")
+    p.add_argument("--config", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_plan)
+
+    p = sub.add_parser("profile", help="measure one case (writes run.json even on failure)")
+    p.add_argument("--config", required=True)
+    p.add_argument("--case", required=True)
+    p.add_argument("--out", required=True, help="path of the case's run.json")
+    p.set_defaults(fn=cmd_profile)
+
+    p = sub.add_parser("analyze-case", help="trace metrics of one case")
+    p.add_argument("--run-json", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_analyze_case)
+
+    p = sub.add_parser("search-step", help="one step of one binary search")
+    for k in ("config", "op", "dim", "run-dir", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--prev")
+    p.set_defaults(fn=cmd_search_step)
+
+    p = sub.add_parser("tp-point", help="best setting of one op at one TP, with its references")
+    for k in ("config", "op", "run-dir", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.set_defaults(fn=cmd_tp_point)
+
+    p = sub.add_parser("tp-step", help="one step of the TP decision of one op")
+    for k in ("config", "op", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--points", nargs="+", required=True)
+    p.set_defaults(fn=cmd_tp_step)
+
+    p = sub.add_parser("collect", help="all cases' measurements and trace metrics in one table")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--run-jsons", nargs="+", required=True)
+    p.set_defaults(fn=cmd_collect)
+
+    p = sub.add_parser("decide", help="decisions.json and the config files users load")
+    p.add_argument("--config", required=True)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--decisions", nargs="+", required=True)
+    p.set_defaults(fn=cmd_decide)
+
+    p = sub.add_parser("report", help="render report.md")
+    for k in ("config", "run-dir", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("failed", help="list run.json of failed cases (for snakemake -R)")
+    p.add_argument("run_dir")
+    p.set_defaults(fn=cmd_failed)
+
+    p = sub.add_parser("analyze", help="metrics of profiler traces: tptune analyze TRACE... [--json] [--plot F]",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=None)
+    return ap
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "analyze":
+        from .trace.cli import analyze_cli
+        return analyze_cli(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except TptuneError as exc:
+        print(f"tptune: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

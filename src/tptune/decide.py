@@ -1,0 +1,181 @@
+"""From measured points to answers: the best setting per (op, TP), the TP decision, the final configs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from .cases import make_case, parse_case_id
+from .ops import op_gemms
+from .search import emit, tp_decision, ubcfg
+from .search.noise import compare_points, cost_key
+from .search.points import point_median
+from .settings import Settings
+from .workflow import reference_cases, tuned_case
+
+
+def _read(p: Path) -> dict:
+    return json.loads(Path(p).read_text())
+
+
+def slim(point: dict | None) -> dict | None:
+    """What decisions need of a run.json: case, status, timing stats."""
+    if point is None:
+        return None
+    return {"case": point["case"], "status": point["status"], "timing": point.get("timing") or {},
+            "error": point.get("error")}
+
+
+def pick_best(points: list[dict], floor: float) -> tuple[dict | None, list[dict]]:
+    """Fastest point with noise: candidates in cost order; a challenger replaces the champion only
+    when it wins beyond the margin, so ties stay with the cheaper setting."""
+    ordered = sorted(points, key=lambda p: cost_key(p["case"]))
+    champion, comparisons = None, []
+    for p in ordered:
+        if champion is None:
+            champion = p
+            continue
+        cmp = compare_points(p, champion, floor=floor, tie="b")
+        comparisons.append(cmp.to_dict())
+        if cmp.winner == "a":
+            champion = p
+    return champion, comparisons
+
+
+def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | None, str | None]:
+    from .analyze import case_summary
+    from .trace import overlap_verdict
+
+    if best is None:
+        return None, None
+    paths = [run_dir / "analysis" / op / f"tp{tp}" / f"{parse_case_id(c).variant_id}.parquet"
+             for c in (best["case"], f"{op}-tp{tp}-none")]
+    if not all(p.exists() for p in paths):
+        return None, "trace analysis missing"
+    (mine, e1), (base, e2) = (case_summary(pl.read_parquet(p)) for p in paths)
+    if mine is None or base is None:
+        return None, e1 or e2
+    return overlap_verdict(mine, base)
+
+
+def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
+    """The evidence of one (op, TP): references, each search's winner, the tuned combination, the best."""
+    floor = s.config["decision"]["noise_floor"]
+    results = {r["dim"]: r for r in _read(run_dir / "search" / op / f"tp{tp}" / "results.json")}
+    load = lambda case: _read(run_dir / case.dir / "run.json")  # noqa: E731
+    best_points = {r["best_case"]: load(parse_case_id(r["best_case"])) for r in results.values()}
+    tuned = tuned_case(s, op, tp, results, best_points)
+    refs = {c.variant_id: slim(load(c)) for c in reference_cases(s, op, tp)}
+    overlapped = {c: slim(p) for c, p in best_points.items()}
+    overlapped[tuned.id] = slim(load(tuned))
+    overlapped.update({f"{op}-tp{tp}-{v}": p for v, p in refs.items() if v.startswith("ub.")})
+    best, comparisons = pick_best(list(overlapped.values()), floor)
+    if best is not None and point_median(best) == float("inf"):
+        best = None
+    verdict, reason = _verdict(run_dir, best, op, tp)
+    return {"op": op, "tp": tp, "none": refs["none"], "nocomm": refs["nocomm"], "best": best,
+            "tuned_case": tuned.id, "references": refs, "candidates": overlapped,
+            "comparisons": comparisons, "verdict": verdict, "verdict_reason": reason,
+            "searches": {d: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
+                             "measured": r["measured"]} for d, r in results.items()}}
+
+
+def _tp_rules(s: Settings) -> dict:
+    return {"start_tp": s.tp_sizes[0], "gpus_per_node": s.config.get("gpus_per_node", 8),
+            "allowed_tps": s.tp_sizes, "tolerance": s.config["decision"]["tp_tolerance"],
+            "floor": s.config["decision"]["noise_floor"]}
+
+
+def _tp_points(points: dict[int, dict]) -> dict[int, tp_decision.TpPoints]:
+    return {tp: tp_decision.TpPoints(best=p["best"], none=p["none"], nocomm=p["nocomm"], verdict=p["verdict"])
+            for tp, p in points.items()}
+
+
+def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict]) -> dict:
+    measured = _tp_points(points)
+    nxt = tp_decision.tp_next(op, measured, **_tp_rules(s))
+    rec = {"op": op, "tp": tp, "next": nxt, "measured_tps": sorted(points)}
+    if nxt is None:
+        chosen, evidence = tp_decision.tp_result(op, measured, **_tp_rules(s))
+        rec.update({"chosen_tp": chosen, "evidence": evidence})
+    return rec
+
+
+def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
+    """Chosen TP and setting of one op, with runner-up and evidence."""
+    floor = s.config["decision"]["noise_floor"]
+    points = {tp: _read(run_dir / "search" / op / f"tp{tp}" / "point.json") for tp in final["measured_tps"]}
+    chosen = final["chosen_tp"]
+    at = points.get(chosen) or points[min(points)]
+    candidates = [p for p in [at["none"], *at["candidates"].values()] if p]
+    winner, comparisons = pick_best(candidates, floor)
+    rest = [p for p in candidates if p is not winner and point_median(p) != float("inf")]
+    runner_up = min(rest, key=point_median) if rest else None
+    case = parse_case_id(winner["case"])
+    config = {"tp": chosen, "case": winner["case"], "variant": case.variant_id}
+    if case.variant.kind == "ub":
+        config["ub_cfgs"] = {k: v for k, v in ubcfg.case_ub_cfgs(case).items() if k.startswith(op + "_")}
+    if case.variant.kind == "chunked":
+        config["chunks"] = case.variant.chunks
+    rec = emit.decisions_record(op, tp=chosen, config=config, winner=winner, runner_up=runner_up,
+                                tp_evidence=final.get("evidence", []), comparisons=comparisons,
+                                searches={f"tp{tp}/{d}": v.get("path") or [] for tp, p in points.items()
+                                          for d, v in p["searches"].items()}, floor=floor)
+    rec["points"] = {str(tp): {"none": p["none"], "nocomm": p["nocomm"], "best": p["best"],
+                               "verdict": p["verdict"], "verdict_reason": p["verdict_reason"]}
+                     for tp, p in points.items()}
+    return rec
+
+
+def model_tp(records: dict[str, dict]) -> int:
+    """One TP for the whole model (Megatron has one): the TP chosen by the ops holding most of the
+    no-overlap time at the start TP."""
+    votes: dict[int, float] = {}
+    for rec in records.values():
+        start = min(rec["points"], key=int)
+        t = point_median(rec["points"][start]["none"])
+        votes[rec["tp"]] = votes.get(rec["tp"], 0.0) + (t if t != float("inf") else 0.0)
+    return max(sorted(votes), key=lambda tp: votes[tp]) if votes else 1
+
+
+def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
+    records = {}
+    for f in final_files:
+        final = _read(f)
+        records[final["op"]] = _op_choice(s, final["op"], final, run_dir)
+    tp = model_tp(records)
+    m, w = s.model.model, s.model.workload
+    meta = {"model": m.name, "workload": {"seq_length": w.seq_length, "micro_batch_size": w.micro_batch_size,
+                                          "dtype": w.dtype},
+            "backend": s.backend, "device": s.device, "model_tp": tp,
+            "noise_floor": s.config["decision"]["noise_floor"], "tp_tolerance": s.config["decision"]["tp_tolerance"]}
+    emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
+
+    notes, per_op = [], {}
+    for op, rec in records.items():
+        cfg = rec["config"]
+        if cfg.get("ub_cfgs") and rec["tp"] == tp:
+            per_op[op] = cfg["ub_cfgs"]
+        elif s.backend == "te":
+            notes.append(f"{op}: TE defaults (tuned TP for {op} is {rec['tp']}, setting {cfg['variant']})")
+    if s.backend != "te":
+        notes.append(f"{s.backend} backend run: no TE userbuffers were measured; entries are TE's defaults")
+    ub = ubcfg.compose_ub_cfgs(per_op)
+    emit.write_tp_comm_overlap_cfg(run_dir / "tp_comm_overlap_cfg.yaml", ub, model=m.name,
+                                   workload=meta["workload"], tp=tp, notes=notes)
+    emit.write_ub_cfgs_json(run_dir / "ub_cfgs.json", ub)
+
+    choices = []
+    for op, rec in records.items():
+        n = rec["config"].get("chunks", 1)
+        if rec["tp"] > 1:
+            choices += [(g, n) for g in op_gemms(op, rec["tp"], s.model) if g.gemm != "wgrad"]
+    chunk_notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc); "
+                   f"1 = no overlap; model {m.name}, {s.backend} backend"]
+    try:
+        shape_map = emit.chunked_shape_map(choices)
+    except ValueError as exc:
+        shape_map, chunk_notes = {"customized_cc": {}}, chunk_notes + [f"not expressible: {exc}"]
+    emit.write_chunked_cfg(run_dir / "chunked_cfg.yaml", shape_map, chunk_notes)
+    return records

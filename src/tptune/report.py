@@ -1,0 +1,125 @@
+"""report.md from the run's files: plan, decisions, every measurement, failures, config files, pictures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import polars as pl
+
+from .cases import parse_case_id
+from .plan import plan_summary
+from .settings import Settings
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _fmt(x, nd=3):
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _pct(x):
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def _timeline(run_dir: Path, case_id: str) -> str | None:
+    from .trace import plot_timeline
+
+    case = parse_case_id(case_id)
+    trace = run_dir / case.dir / "trace.rank0.json.gz"
+    if not trace.exists():
+        return None
+    png = run_dir / "figures" / f"timeline-{case_id}.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        plot_timeline(trace, png)
+    except Exception as exc:  # noqa: BLE001 - a picture must never sink the report
+        return f"(timeline not drawn: {exc})"
+    return str(png.relative_to(run_dir))
+
+
+def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
+    by_case = {r["case"]: r for r in meas.iter_rows(named=True)}
+    rows = []
+    for op, rec in decisions["ops"].items():
+        winner = (rec.get("winner") or {}).get("case")
+        w = by_case.get(winner, {})
+        pts = rec["points"].get(str(rec["tp"])) or {}
+        none = (pts.get("none") or {}).get("case")
+        nocomm = (pts.get("nocomm") or {}).get("case")
+        t_none = by_case.get(none, {}).get("median_ms")
+        t_bound = by_case.get(nocomm, {}).get("median_ms")
+        t_w = w.get("median_ms")
+        exposed = (t_none - t_bound) if t_none is not None and t_bound is not None else None
+        hidden = ((t_none - t_w) / exposed) if exposed and t_w is not None and exposed > 0 else None
+        comm = sum(w.get(f"{p}_comm_ms") or 0 for p in ("fwd", "bwd"))
+        overlap = sum(w.get(f"{p}_overlap_ms") or 0 for p in ("fwd", "bwd"))
+        rows.append({
+            "op": op, "tp": rec["tp"], "case": winner, "variant": (rec.get("config") or {}).get("variant"),
+            "fwd_ms": w.get("fwd_median_ms"), "bwd_ms": w.get("bwd_median_ms"), "total_ms": t_w,
+            "none_ms": t_none, "bound_ms": t_bound,
+            "bound_share": (t_bound / t_w) if t_bound and t_w else None,
+            "hidden": hidden, "overlap_pct": (overlap / comm) if comm else None,
+            "exposed_ms": sum(w.get(f"{p}_exposed_comm_ms") or 0 for p in ("fwd", "bwd")) if w else None,
+            "runner_up": (rec.get("runner_up") or {}).get("case"), "margin": rec.get("margin"),
+            "win_by": rec.get("win_by"), "verdict": w.get("verdict"), "verdict_reason": w.get("verdict_reason"),
+            "tp_evidence": rec.get("tp_evidence", []), "searches": rec.get("searches", {}),
+        })
+    return rows
+
+
+def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
+    """Per (op, TP): none / TE default / presets / tuned / bound medians."""
+    rows = []
+    ok = meas.filter(pl.col("status") == "ok")
+    for (op, tp), grp in meas.group_by("op", "tp", maintain_order=True):
+        med = {r["variant"]: r["median_ms"] for r in grp.iter_rows(named=True)}
+        okv = {r["variant"] for r in ok.filter((pl.col("op") == op) & (pl.col("tp") == tp)).iter_rows(named=True)}
+        rec = decisions["ops"].get(op, {})
+        pts = rec.get("points", {}).get(str(tp), {})
+        best = (pts.get("best") or {}).get("case")
+        row = {"op": op, "tp": tp, "none": med.get("none"), "bound": med.get("nocomm"),
+               "te": med.get("ub.te"), "presets": {v: m for v, m in med.items()
+                                                   if v.startswith("ub.") and "+" not in v and v != "ub.te"},
+               "best": best, "best_ms": med.get(best.split("-", 2)[2]) if best else None,
+               "n_cases": grp.height, "n_ok": len(okv)}
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r["op"], r["tp"]))
+
+
+def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
+    plan = pl.read_parquet(run_dir / "plan.parquet")
+    meas = pl.read_parquet(run_dir / "measurements.parquet")
+    decisions = json.loads((run_dir / "decisions.json").read_text())
+    ops = _op_rows(decisions, meas)
+    for row in ops:
+        row["timeline"] = _timeline(run_dir, row["case"]) if row["case"] else None
+    failures = meas.filter(pl.col("status") != "ok").select("case", "error_kind", "error").to_dicts()
+    runs = meas.filter(pl.col("wall_s").is_not_null())
+    gpu_s = float((runs["wall_s"] * runs["tp"]).sum()) if runs.height else 0.0
+    started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
+    env = {}
+    for r in meas.iter_rows(named=True):
+        p = run_dir / parse_case_id(r["case"]).dir / "run.json"
+        if p.exists():
+            env = json.loads(p.read_text()).get("environment") or {}
+            if env:
+                break
+    yaml_text = (run_dir / "tp_comm_overlap_cfg.yaml").read_text()
+    chunk_text = (run_dir / "chunked_cfg.yaml").read_text()
+    env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                               trim_blocks=True, lstrip_blocks=True)
+    env_t.filters.update(fmt=_fmt, pct=_pct)
+    text = env_t.get_template("report.md.j2").render(
+        s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
+        plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
+        comparison=_comparison(meas, decisions), cases=meas.to_dicts(), failures=failures,
+        gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=yaml_text,
+        chunk_text=chunk_text, run_dir=run_dir,
+    )
+    out.write_text(text)
+    return out

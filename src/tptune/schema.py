@@ -1,0 +1,44 @@
+"""Validation of plain data against the JSON-Schema subset tptune's config schema uses.
+
+(jsonschema itself costs ~1.2 s to import, paid by every Snakemake job, and is absent on the GPU
+machines.) Supported: type, properties, required, additionalProperties (false), enum, minimum,
+minItems, items, pattern.
+"""
+from __future__ import annotations
+
+import re
+
+_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "number": (int, float), "integer": int}
+
+
+def problems(data, schema: dict, path: str = "") -> list[str]:
+    where = path or "(top level)"
+    out: list[str] = []
+    t = schema.get("type")
+    if t:
+        ok = isinstance(data, _TYPES[t]) and not (t in ("integer", "number") and isinstance(data, bool))
+        if not ok:
+            return [f"field '{where}': {data!r} is not of type '{t}'"]
+    if "enum" in schema and data not in schema["enum"]:
+        out.append(f"field '{where}': {data!r} is not one of {schema['enum']}")
+    if "minimum" in schema and isinstance(data, (int, float)) and data < schema["minimum"]:
+        out.append(f"field '{where}': {data!r} is less than the minimum of {schema['minimum']}")
+    if "pattern" in schema and isinstance(data, str) and not re.search(schema["pattern"], data):
+        out.append(f"field '{where}': {data!r} does not match {schema['pattern']!r}")
+    if isinstance(data, list):
+        if len(data) < schema.get("minItems", 0):
+            out.append(f"field '{where}': {data!r} should have at least {schema['minItems']} item(s)")
+        for i, item in enumerate(data):
+            out += problems(item, schema.get("items", {}), f"{path}.{i}" if path else str(i))
+    if isinstance(data, dict):
+        props = schema.get("properties", {})
+        for key in schema.get("required", []):
+            if key not in data:
+                out.append(f"field '{path + '.' if path else ''}{key}': required but missing")
+        for key, value in data.items():
+            sub = f"{path}.{key}" if path else str(key)
+            if key in props:
+                out += problems(value, props[key], sub)
+            elif schema.get("additionalProperties") is False:
+                out.append(f"field '{sub}': unknown key (expected one of {', '.join(props)})")
+    return out
