@@ -10,8 +10,9 @@ structure of a real TE trace: ProfilerStep#N and tptune.forward/backward ranges,
 cpu_ops, cudaLaunchKernel runtime events, kernels on several streams with
 correlation ids, ac2g flows, a backward autograd thread. Two variants are
 written: the default one with TE userbuffers comm kernels, and an NCCL-only one
-(comm kernels named ncclDevKernel_*, which HTA recognises) on which the overlap
-fraction of tptune and HTA must agree.
+(comm kernels named ncclDevKernel_*, which HTA recognises, kernel times on whole
+µs since HTA rounds ns-resolution times to µs) on which the overlap fraction
+of tptune and HTA over all steps but the last (HTA drops it) must agree.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 
 GEMM_FWD = "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_TNT"
 GEMM_DGRAD = "nvjet_sm90_tst_256x128_64x4_1x4_h_bz_coopA_NNT"
@@ -52,8 +52,9 @@ S_GEMM, S_COMM, S_MISC = 7, 20, 21
 class Writer:
     """Kineto-style pretty-printed events, buffered and flushed in chunks."""
 
-    def __init__(self, f):
+    def __init__(self, f, whole_us: bool = False):
         self.f, self.buf, self.n, self.first, self.ext, self.corr = f, [], 0, True, 1, 1
+        self.whole_us = whole_us
 
     def _put(self, text: str):
         self.buf.append(text if self.first else ",\n" + text)
@@ -91,6 +92,8 @@ class Writer:
         return corr
 
     def kernel(self, name, stream, ts, dur, corr, ext):
+        if self.whole_us:
+            ts, dur = round(ts), round(dur)
         self._put(
             f'  {{\n    "ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": {stream},\n'
             f'    "ts": {ts:.3f}, "dur": {dur:.3f},\n'
@@ -107,8 +110,11 @@ class Writer:
         )
 
 
-def generate(path: Path, size_mb: float, comm: str = "ub", layers: int = 2000, seed: int = 0) -> dict:
-    """Write a synthetic trace of about size_mb MB; returns counts."""
+def generate(
+    path: Path, size_mb: float, comm: str = "ub", layers: int = 2000, seed: int = 0, whole_us: bool = False
+) -> dict:
+    """Write a synthetic trace of about size_mb MB; returns counts. whole_us:
+    kernel times on whole microseconds (HTA rounds to µs; then it must agree exactly)."""
     rnd = random.Random(seed)
     ag, rs = COMM[comm]
     target = size_mb * 1e6
@@ -121,7 +127,7 @@ def generate(path: Path, size_mb: float, comm: str = "ub", layers: int = 2000, s
     }
     with open(path, "w") as f:
         f.write(json.dumps(header, indent=2)[:-2] + ',\n  "traceEvents": [\n')
-        w = Writer(f)
+        w = Writer(f, whole_us)
         cpu = 4455598470000.0
         gpu = {S_GEMM: cpu, S_COMM: cpu, S_MISC: cpu}
         step = 0
@@ -205,18 +211,38 @@ def generate(path: Path, size_mb: float, comm: str = "ub", layers: int = 2000, s
     return {"events": w.n, "steps": step, "bytes": path.stat().st_size}
 
 
+def _tree_rss(root: int) -> int:
+    """Summed RSS (bytes) of root and all its descendants, from /proc."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    tree, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        tree.add(p)
+        todo += [c for c, pp in parent.items() if pp == p and c not in tree]
+    total = 0
+    for p in tree:
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total
+
+
 def run_measured(cmd: list[str], env=None) -> dict:
-    """Run cmd, polling the peak RSS of it and its children."""
+    """Run cmd, polling the summed RSS of it and its children (worker processes included)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    p = psutil.Process(proc.pid)
     peak = 0
     while proc.poll() is None:
-        try:
-            rss = p.memory_info().rss + sum(c.memory_info().rss for c in p.children(recursive=True))
-            peak = max(peak, rss)
-        except psutil.Error:
-            pass
+        peak = max(peak, _tree_rss(proc.pid))
         time.sleep(0.02)
     out, err = proc.communicate()
     wall = time.perf_counter() - start
@@ -225,18 +251,29 @@ def run_measured(cmd: list[str], env=None) -> dict:
     return {"wall_s": wall, "peak_rss_mb": peak / 1e6, "stdout": out.decode()}
 
 
+# |comm ∩ compute| / |comm| over all kernels launched before the last
+# ProfilerStep (HTA drops the last step that way), once exact, once with HTA's
+# rounding to whole µs (start up, start+dur down).
 TPTUNE_OVERLAP = """
 import sys, polars as pl
 from tptune.trace.load import load_trace
-from tptune.trace.classify import classify
+from tptune.trace.classify import merged_patterns
+from tptune.trace.metrics import attributed_events
+from tptune.trace.phases import step_ranges
 from tptune.trace.intervals import union_length
-t = classify(load_trace(sys.argv[1]).gpu).with_columns(start=pl.col("ts"), end=pl.col("ts") + pl.col("dur"),
-    k=pl.lit(0))
-comm = t.filter(pl.col("cls") == "comm")
-comp = t.filter(pl.col("cls").is_in(["gemm", "other"]))
-c, p = union_length(comm, ["k"])["length"][0], union_length(comp, ["k"])["length"][0]
-both = union_length(pl.concat([comm, comp]), ["k"])["length"][0]
-print((c + p - both) / c)
+trace = load_trace(sys.argv[1])
+last_start = step_ranges(trace, merged_patterns())["s_start"].max()
+t = attributed_events(trace).filter(pl.col("point") < last_start)
+end = pl.col("ts") + pl.col("dur")
+ts_us, dur_us = pl.col("ts") / 1000.0, pl.col("dur") / 1000.0
+hta_start, hta_end = ts_us.ceil().cast(pl.Int64) * 1000, (ts_us + dur_us).floor().cast(pl.Int64) * 1000
+for start, stop in ((pl.col("ts"), end), (hta_start, hta_end)):
+    d = t.with_columns(start=start, end=stop, k=pl.lit(0))
+    comm = d.filter(pl.col("cls") == "comm")
+    comp = d.filter(pl.col("cls").is_in(["gemm", "other"]))
+    c, p = union_length(comm, ["k"])["length"][0], union_length(comp, ["k"])["length"][0]
+    both = union_length(pl.concat([comm, comp]), ["k"])["length"][0]
+    print((c + p - both) / c)
 """
 
 HTA_OVERLAP = """
@@ -244,7 +281,7 @@ import sys, logging
 logging.disable(logging.WARNING)
 from hta.trace_analysis import TraceAnalysis
 df = TraceAnalysis(trace_dir=sys.argv[1]).get_comm_comp_overlap(visualize=False)
-print(df["comp_comm_overlap_ratio"].iloc[0])
+print(df["comp_comm_overlap_pctg"].iloc[0])
 """
 
 
@@ -267,7 +304,7 @@ def main(argv=None) -> int:
         d.mkdir(exist_ok=True)
         path = d / "trace.rank0.json"
         t0 = time.perf_counter()
-        info = generate(path, size, comm)
+        info = generate(path, size, comm, whole_us=comm == "nccl")
         print(f"[{comm}] generated {info['bytes'] / 1e6:.0f} MB, {info['events']:,} events, {info['steps']} steps"
               f" in {time.perf_counter() - t0:.1f} s", flush=True)
         mb = info["bytes"] / 1e6
@@ -283,18 +320,22 @@ def main(argv=None) -> int:
             results[f"{comm}:{f.name}"] = r | {"mb": mb}
         if comm == "nccl":
             ours = run_measured([sys.executable, "-c", TPTUNE_OVERLAP, str(path)])
-            ratio_ours = float(ours["stdout"].strip())
-            print(f"[nccl] tptune whole-trace comm overlap fraction {ratio_ours:.6f}", flush=True)
+            ratio_ours, ratio_ours_us = map(float, ours["stdout"].split())
+            print(f"[nccl] tptune comm overlap (all steps but the last) {100 * ratio_ours:.4f}% "
+                  f"({100 * ratio_ours_us:.4f}% with HTA's µs rounding)", flush=True)
             if not args.no_hta:
                 try:
                     hta = run_measured([sys.executable, "-c", HTA_OVERLAP, str(d)])
                 except RuntimeError as e:
                     print(f"[nccl] HTA failed: {e}")
                     continue
-                ratio_hta = float(hta["stdout"].strip().splitlines()[-1])
-                agree = abs(ratio_hta - ratio_ours) < 1e-4
+                # HTA reports a percentage rounded to 2 decimals.
+                pctg_hta = float(hta["stdout"].strip().splitlines()[-1])
+                agree = abs(pctg_hta - 100 * ratio_ours_us) <= 0.0051
                 print(f"[nccl] HTA get_comm_comp_overlap: {hta['wall_s']:.2f} s, peak RSS {hta['peak_rss_mb']:.0f} MB,"
-                      f" overlap fraction {ratio_hta:.6f} -> {'AGREE' if agree else 'DISAGREE'}", flush=True)
+                      f" overlap {pctg_hta:.2f}% vs tptune {100 * ratio_ours_us:.4f}% (same rounding)"
+                      f" -> {'AGREE' if agree else 'DISAGREE'}",
+                      flush=True)
     return 0
 
 
