@@ -148,6 +148,7 @@ def parse_variant(s: str) -> Variant:
                 raise CaseIdError(f"variant {s!r}: GEMM {gemm!r} overridden twice")
             seen.add(gemm)
             ovs.append(make_override(gemm, method, **kv))
+        ovs.sort(key=lambda o: ("fprop", "dgrad", "wgrad").index(o.gemm))
         return Variant("ub", preset=preset, overrides=tuple(ovs))
     raise CaseIdError(f"unknown variant {s!r}: expected none, nocomm, chunked.n<N> or ub.<preset>[+...]")
 

@@ -233,7 +233,7 @@ class Launcher:
                     return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
                 tail = _tail(group.log, 3000)
                 kind, transient = classify_failure(tail)
-                if kind == "exception":
+                if kind in ("exception", "comm"):  # peers only saw the dead rank's sockets close
                     kind, transient = "rank_died", True
                 return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
                                 gpus, started)

@@ -38,7 +38,7 @@ _READ_BLOCK = 8 << 20
 # Big traces are decoded by a few worker processes (decoding is CPU-bound and
 # holds the GIL); small ones in process, where starting workers would cost more.
 _PARALLEL_MIN_BYTES = 96 << 20
-_MAX_WORKERS = 4
+_MAX_WORKERS = 2
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,[ \t\r]*\n\s*\{")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)

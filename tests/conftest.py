@@ -1,0 +1,37 @@
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A copy of the workflow (Snakefile, rules, config, profiles) in a fresh folder."""
+    for name in ("Snakefile", "rules", "config", "profiles"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    return tmp_path
+
+
+@pytest.fixture
+def pool_dir(tmp_path):
+    d = tmp_path / "pool"
+    d.mkdir()
+    return d
+
+
+def base_config(pool_dir, **over):
+    from tptune.settings import deep_merge, load_config_files
+
+    cfg = load_config_files(ROOT / "config" / "config.yaml")
+    cfg["model"] = str(ROOT / "config" / "models" / "tiny.yaml")
+    cfg["launcher"].update(pool_dir=str(pool_dir), idle_timeout_s=5, case_timeout_s=60)
+    cfg["timing"] = {"warmup": 1, "iters": 3, "repeats": 2, "profile_steps": 1}
+    return deep_merge(cfg, over)
+
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")

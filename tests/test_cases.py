@@ -1,0 +1,52 @@
+import re
+
+import pytest
+
+from tptune.cases import (WILDCARD_CONSTRAINTS, CaseIdError, Variant, format_variant, make_case,
+                          make_override, parse_case_id)
+
+IDS = [
+    "qkv-tp2-none", "proj-tp4-nocomm", "fc1-tp8-chunked.n4",
+    "qkv-tp4-ub.te", "fc2-tp2-ub.nemo_tp4",
+    "qkv-tp4-ub.te+fprop.ring.agg1.ce1+dgrad.bulk.sm8.cga2+wgrad.bulk.sm16.cga2.margin1",
+    "proj-tp2-ub.te+fprop.pipe.sm24.cga2.margin1.split4",
+]
+
+
+@pytest.mark.parametrize("cid", IDS)
+def test_round_trip(cid):
+    c = parse_case_id(cid)
+    assert c.id == cid
+    assert parse_case_id(c.id) == c
+    assert re.fullmatch(WILDCARD_CONSTRAINTS["variant"], c.variant_id)
+    assert c.dir == f"cases/{c.op}/tp{c.tp}/{c.variant_id}"
+
+
+def test_canonical_order():
+    c = parse_case_id("qkv-tp2-ub.te+wgrad.bulk.cga2.sm4+dgrad.bulk.sm8")
+    assert c.id == "qkv-tp2-ub.te+dgrad.bulk.sm8+wgrad.bulk.sm4.cga2"
+    assert c.variant.overrides[1].as_ub_cfg() == {"method": "bulk", "num_sm": 4, "cga_size": 2}
+
+
+@pytest.mark.parametrize("bad,match", [
+    ("mlp-tp2-none", "unknown op"),
+    ("qkv-2-none", "bad case id"),
+    ("qkv-tp2-chunky", "unknown variant"),
+    ("qkv-tp2-ub.te+dgrad.swap", "needs <gemm>"),
+    ("qkv-tp2-ub.te+dgrad.bulk.foo3", "bad knob"),
+    ("proj-tp2-ub.te+wgrad.bulk.sm4", "no overlappable wgrad"),
+    ("qkv-tp2-ub.te+dgrad.bulk+dgrad.bulk.sm2", "overridden twice"),
+    ("qkv-tp2-ub.TE", "preset name"),
+    ("qkv-tp0-none", "TP size"),
+])
+def test_bad_ids(bad, match):
+    with pytest.raises(CaseIdError, match=match):
+        parse_case_id(bad)
+
+
+def test_override_knob_ranges():
+    with pytest.raises(CaseIdError, match="out of range"):
+        make_override("dgrad", "bulk", set_sm_margin=2)
+    v = Variant("ub", preset="te", overrides=(make_override("dgrad", "bulk", num_sm=8),))
+    assert format_variant(v) == "ub.te+dgrad.bulk.sm8"
+    assert make_case("fc1", 2, v).id == "fc1-tp2-ub.te+dgrad.bulk.sm8"
