@@ -15,7 +15,6 @@ try:
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
-PYTHON = sys.executable
 RUN_DIR = f"outputs/{S.run}"
 CONFIG_JSON = f"{RUN_DIR}/config.json"
 
@@ -29,9 +28,10 @@ def _write_if_changed(path, text):
     except OSError:
         pass
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as fh:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
         fh.write(text)
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
 
 
 _write_if_changed(CONFIG_JSON, json.dumps({**config, "_base_dir": os.getcwd(), "_source": "run config"},
@@ -158,4 +158,4 @@ def all_case_runs(wc):
 
 
 def all_case_analysis(wc):
-    return [r.replace("/cases/", "/analysis/").replace("/run.json", ".parquet") for r in all_case_runs(wc)]
+    return [case_analysis(parse_case_id(_read(r)["case"])) for r in all_case_runs(wc)]

@@ -8,14 +8,16 @@ rule model:
         model=json.dumps(S.model.to_dict()["model"] | S.model.to_dict()["workload"], sort_keys=True),
     log:
         f"{RUN_DIR}/logs/model.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
         "tptune model --config {input.cfg} --out {output} > {log} 2>&1"
 
 
 rule plan:
     output:
-        report(f"{RUN_DIR}/plan.parquet", category="Plan"),
-        f"{RUN_DIR}/plan.csv",
+        parquet=report(f"{RUN_DIR}/plan.parquet", category="Plan"),
+        csv=f"{RUN_DIR}/plan.csv",
     input:
         cfg=ancient(CONFIG_JSON),
         model=f"{RUN_DIR}/model.json",
@@ -23,5 +25,7 @@ rule plan:
         plan=json.dumps({"tp": S.tp_sizes, "ops": S.ops, "hw": config.get("hardware")}, sort_keys=True),
     log:
         f"{RUN_DIR}/logs/plan.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "tptune plan --config {input.cfg} --out {output[0]} > {log} 2>&1"
+        "tptune plan --config {input.cfg} --out {output.parquet} > {log} 2>&1"

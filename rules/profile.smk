@@ -13,6 +13,8 @@ rule profile:
     threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
         f"{RUN_DIR}/logs/profile/{{op}}-tp{{tp}}-{{variant}}.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
         "tptune profile --config {input.cfg} --case {wildcards.op}-tp{wildcards.tp}-{wildcards.variant}"
         " --out {output} > {log} 2>&1"
@@ -25,5 +27,7 @@ rule analyze_case:
         f"{RUN_DIR}/cases/{{op}}/tp{{tp}}/{{variant}}/run.json",
     log:
         f"{RUN_DIR}/logs/analyze/{{op}}-tp{{tp}}-{{variant}}.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
         "tptune analyze-case --run-json {input} --out {output} > {log} 2>&1"

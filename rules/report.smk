@@ -1,14 +1,16 @@
 rule collect:
     output:
-        f"{RUN_DIR}/measurements.parquet",
-        f"{RUN_DIR}/measurements.csv",
+        parquet=f"{RUN_DIR}/measurements.parquet",
+        csv=f"{RUN_DIR}/measurements.csv",
     input:
         runs=all_case_runs,
         analysis=all_case_analysis,
     log:
         f"{RUN_DIR}/logs/collect.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "tptune collect --run-dir {RUN_DIR} --run-jsons {input.runs} --out {output[0]} > {log} 2>&1"
+        "tptune collect --run-jsons {input.runs} --out {output.parquet} > {log} 2>&1"
 
 
 rule decide:
@@ -23,8 +25,10 @@ rule decide:
         cfg=ancient(CONFIG_JSON),
     log:
         f"{RUN_DIR}/logs/decide.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "tptune decide --config {input.cfg} --run-dir {RUN_DIR} --decisions {input.decisions} > {log} 2>&1"
+        "tptune decide --config {input.cfg} --decisions {input.decisions} > {log} 2>&1"
 
 
 rule report:
@@ -37,5 +41,7 @@ rule report:
         cfg=ancient(CONFIG_JSON),
     log:
         f"{RUN_DIR}/logs/report.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "tptune report --config {input.cfg} --run-dir {RUN_DIR} --out {output} > {log} 2>&1"
+        "tptune report --config {input.cfg} --out {output} > {log} 2>&1"

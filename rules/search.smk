@@ -12,8 +12,10 @@ checkpoint search_step:
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "tptune search-step --config {input.cfg} --run-dir {RUN_DIR} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune search-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --dim {wildcards.dim} --step {wildcards.step} {params.prev} --out {output} > {log} 2>&1"
 
 
@@ -22,8 +24,12 @@ rule search_result:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/result.json",
     input:
         search_result_input,
+    log:
+        f"{RUN_DIR}/logs/search_result/{{op}}-tp{{tp}}-{{dim}}.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "cp {input} {output}"
+        "cp {input} {output} 2> {log}"
 
 
 checkpoint tp_results:
@@ -31,9 +37,12 @@ checkpoint tp_results:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/results.json",
     input:
         tp_results_inputs,
+    log:
+        f"{RUN_DIR}/logs/tp_results/{{op}}-tp{{tp}}.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "{PYTHON} -c 'import json,sys; json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1], \"w\"), indent=1)'"
-        " {output} {input}"
+        "tptune join-json --out {output} {input} > {log} 2>&1"
 
 
 rule tp_point:
@@ -46,8 +55,10 @@ rule tp_point:
         settings=search_params,
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-point.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "tptune tp-point --config {input.cfg} --run-dir {RUN_DIR} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune tp-point --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --out {output} > {log} 2>&1"
 
 
@@ -62,6 +73,8 @@ checkpoint tp_step:
         tps=json.dumps(S.tp_sizes),
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-decision.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
         "tptune tp-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --points {input.points} --out {output} > {log} 2>&1"
@@ -72,8 +85,12 @@ rule op_final:
         f"{RUN_DIR}/search/{{op}}/final.json",
     input:
         op_final_input,
+    log:
+        f"{RUN_DIR}/logs/op_final/{{op}}.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "cp {input} {output}"
+        "cp {input} {output} 2> {log}"
 
 
 checkpoint searches_done:
@@ -81,6 +98,9 @@ checkpoint searches_done:
         f"{RUN_DIR}/search/done.json",
     input:
         [f"{RUN_DIR}/search/{op}/final.json" for op in S.ops],
+    log:
+        f"{RUN_DIR}/logs/searches_done.log",
+    conda:
+        "../envs/tptune.yaml"
     shell:
-        "{PYTHON} -c 'import json,sys; json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1], \"w\"), indent=1)'"
-        " {output} {input}"
+        "tptune join-json --out {output} {input} > {log} 2>&1"

@@ -17,6 +17,11 @@ def _settings(path: str):
     return resolve(cfg, source=source, base_dir=base_dir)
 
 
+def _run_dir(a) -> Path:
+    """Every file of a run lies in the folder of its config.json (or of the output named)."""
+    return Path(a.config).parent if getattr(a, "config", None) else Path(a.out).parent
+
+
 def _write_json(path: str | Path, obj) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -81,7 +86,7 @@ def cmd_search_step(a) -> int:
 
     s = _settings(a.config)
     prev = json.loads(Path(a.prev).read_text()) if a.prev else None
-    rec = step_record(s, a.op, a.tp, a.dim, a.step, prev, Path(a.run_dir))
+    rec = step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a))
     _write_json(a.out, rec)
     return 0
 
@@ -90,7 +95,7 @@ def cmd_tp_point(a) -> int:
     from .decide import tp_point
 
     s = _settings(a.config)
-    _write_json(a.out, tp_point(s, a.op, a.tp, Path(a.run_dir)))
+    _write_json(a.out, tp_point(s, a.op, a.tp, _run_dir(a)))
     return 0
 
 
@@ -107,14 +112,14 @@ def cmd_decide(a) -> int:
     from .decide import decide
 
     s = _settings(a.config)
-    decide(s, Path(a.run_dir), [Path(p) for p in a.decisions])
+    decide(s, _run_dir(a), [Path(p) for p in a.decisions])
     return 0
 
 
 def cmd_collect(a) -> int:
     from .analyze import collect
 
-    collect(Path(a.run_dir), [Path(p) for p in a.run_jsons], Path(a.out))
+    collect(_run_dir(a), [Path(p) for p in a.run_jsons], Path(a.out))
     return 0
 
 
@@ -122,7 +127,12 @@ def cmd_report(a) -> int:
     from .report import render_report
 
     s = _settings(a.config)
-    render_report(s, Path(a.run_dir), Path(a.out))
+    render_report(s, _run_dir(a), Path(a.out))
+    return 0
+
+
+def cmd_join_json(a) -> int:
+    _write_json(a.out, [json.loads(Path(p).read_text()) for p in a.inputs])
     return 0
 
 
@@ -163,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_analyze_case)
 
     p = sub.add_parser("search-step", help="one step of one binary search")
-    for k in ("config", "op", "dim", "run-dir", "out"):
+    for k in ("config", "op", "dim", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--step", type=int, required=True)
@@ -171,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_search_step)
 
     p = sub.add_parser("tp-point", help="best setting of one op at one TP, with its references")
-    for k in ("config", "op", "run-dir", "out"):
+    for k in ("config", "op", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.set_defaults(fn=cmd_tp_point)
@@ -184,21 +194,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_tp_step)
 
     p = sub.add_parser("collect", help="all cases' measurements and trace metrics in one table")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="measurements.parquet in the run folder")
     p.add_argument("--run-jsons", nargs="+", required=True)
     p.set_defaults(fn=cmd_collect)
 
     p = sub.add_parser("decide", help="decisions.json and the config files users load")
     p.add_argument("--config", required=True)
-    p.add_argument("--run-dir", required=True)
     p.add_argument("--decisions", nargs="+", required=True)
     p.set_defaults(fn=cmd_decide)
 
     p = sub.add_parser("report", help="render report.md")
-    for k in ("config", "run-dir", "out"):
+    for k in ("config", "out"):
         p.add_argument(f"--{k}", required=True)
     p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("join-json", help="a JSON list of several JSON files (search bookkeeping)")
+    p.add_argument("--out", required=True)
+    p.add_argument("inputs", nargs="+")
+    p.set_defaults(fn=cmd_join_json)
 
     p = sub.add_parser("failed", help="list run.json of failed cases (for snakemake -R)")
     p.add_argument("run_dir")

@@ -230,6 +230,8 @@ class Launcher:
                 if errors:
                     msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}" for e in errors)
                     kind, transient = classify_failure(msg + " " + " ".join(e["traceback"] for e in errors))
+                    if kind == "comm" and len(errors) < case.tp:  # the rank that died left no report
+                        kind, msg = "rank_died", f"a rank died without a report; {msg}"
                     return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
                 tail = _tail(group.log, 3000)
                 kind, transient = classify_failure(tail)
