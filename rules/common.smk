@@ -99,8 +99,11 @@ def search_result_input(wc):
 
 
 def tp_results_inputs(wc):
-    """Static: one result per dimension, so the searches of one (op, TP) run side by side."""
-    return [f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/{d}/result.json" for d in wf.dimensions(S, wc.op, int(wc.tp))]
+    """Static: one result per dimension, so the searches of one (op, TP) run side by side, and the
+    reference cases, so they are measured alongside the searches."""
+    tp = int(wc.tp)
+    return {"results": [f"{RUN_DIR}/search/{wc.op}/tp{tp}/{d}/result.json" for d in wf.dimensions(S, wc.op, tp)],
+            "references": [case_run(c) for c in wf.reference_cases(S, wc.op, tp)]}
 
 
 def tp_cases(op, tp):
@@ -144,18 +147,22 @@ def op_final_input(wc):
     return tp_chain(wc.op)[1]
 
 
-def all_case_runs(wc):
+def all_cases(wc):
     """Every case any search of this run measured (for the measurements table and the report)."""
     checkpoints.searches_done.get()
-    runs = set()
+    cases = {}
     for op in S.ops:
         for tp in tp_chain(op)[0]:
-            runs.update(case_run(c) for c in tp_cases(op, tp))
+            cases.update((c.id, c) for c in tp_cases(op, tp))
             for d, dim in wf.dimensions(S, op, tp).items():
                 rec = search_final(op, tp, d)[1]
-                runs.update(case_run(dim.case_of(v)) for v in rec["asked"])
-    return sorted(runs)
+                cases.update((c.id, c) for c in map(dim.case_of, rec["asked"]))
+    return [cases[k] for k in sorted(cases)]
+
+
+def all_case_runs(wc):
+    return [case_run(c) for c in all_cases(wc)]
 
 
 def all_case_analysis(wc):
-    return [case_analysis(parse_case_id(_read(r)["case"])) for r in all_case_runs(wc)]
+    return [case_analysis(c) for c in all_cases(wc)]

@@ -36,13 +36,13 @@ checkpoint tp_results:
     output:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/results.json",
     input:
-        tp_results_inputs,
+        unpack(tp_results_inputs),
     log:
         f"{RUN_DIR}/logs/tp_results/{{op}}-tp{{tp}}.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune join-json --out {output} {input} > {log} 2>&1"
+        "tptune join-json --out {output} {input.results} > {log} 2>&1"
 
 
 rule tp_point:

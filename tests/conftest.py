@@ -11,7 +11,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture
 def workdir(tmp_path):
     """A copy of the workflow (Snakefile, rules, config, profiles) in a fresh folder."""
-    for name in ("Snakefile", "rules", "config", "profiles"):
+    for name in ("Snakefile", "rules", "config", "profiles", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     return tmp_path

@@ -35,6 +35,13 @@ _FAILURE_RULES = [  # (substring, kind, transient) - first match wins
 ]
 
 
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing")
+
+
+def _peer_lost(message: str) -> bool:
+    return any(n in message for n in _PEER_LOST)
+
+
 def classify_failure(text: str) -> tuple[str, bool]:
     for needle, kind, transient in _FAILURE_RULES:
         if needle.lower() in text.lower():
@@ -228,9 +235,12 @@ class Launcher:
                 group.entry.unlink(missing_ok=True)
                 errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error.rank*.json"))]
                 if errors:
-                    msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}" for e in errors)
-                    kind, transient = classify_failure(msg + " " + " ".join(e["traceback"] for e in errors))
-                    if kind == "comm" and len(errors) < case.tp:  # the rank that died left no report
+                    # A rank that lost its peer only reports the symptom: classify by the others.
+                    root = [e for e in errors if not _peer_lost(e["message"])] or errors
+                    msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}"
+                                    for e in root + [e for e in errors if e not in root])
+                    kind, transient = classify_failure(" ".join(f"{e['message']} {e['traceback']}" for e in root))
+                    if kind == "comm" and len(root) < case.tp and root is errors:
                         kind, msg = "rank_died", f"a rank died without a report; {msg}"
                     return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
                 tail = _tail(group.log, 3000)

@@ -1,0 +1,148 @@
+"""The workflow for real: Snakemake over the tiny model on CPU (gloo), then its rerun behaviour."""
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import base_config
+
+pytestmark = pytest.mark.slow
+RUN = "outputs/e2e"
+
+
+def smk(workdir, *args, check=True):
+    p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "run.yaml", *args],
+                       cwd=workdir, capture_output=True, text=True, timeout=900)
+    if check and p.returncode:
+        raise AssertionError(f"snakemake {args} failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def planned_profiles(dry_run_text: str) -> list[str]:
+    """(op, tp, variant) of the profile jobs a dry run lists (their output lines)."""
+    return sorted(re.findall(r"^\s+output: \S*/cases/(\w+)/tp(\d+)/([^/\s]+)/run\.json$", dry_run_text, re.M))
+
+
+def write_cfg(workdir, pool_dir, **over):
+    cfg = base_config(pool_dir, **{"run": "e2e", "ops": ["qkv", "fc2"], "tp_sizes": [2],
+                                   "search": {"chunks": [2, 4]}, "faults": {"fc2-tp2-chunked.n4": "raise:1"},
+                                   **over})
+    cfg["model"] = "config/models/tiny.yaml"
+    (workdir / "run.yaml").write_text(yaml.safe_dump(cfg))
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    import shutil
+    from conftest import ROOT
+    workdir = tmp_path_factory.mktemp("wf")
+    for name in ("Snakefile", "rules", "config", "profiles", "envs"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, workdir / name)
+    pool = workdir / "pool"
+    pool.mkdir()
+    write_cfg(workdir, pool)
+    dry = smk(workdir, "-n")
+    smk(workdir)
+    return workdir, pool, dry.stdout + dry.stderr
+
+
+def test_dry_run_lists_profiling_jobs(finished):
+    _, _, dry = finished
+    assert ("qkv", "2", "none") in planned_profiles(dry)
+    assert "search_step" in dry and "checkpoint" in dry
+
+
+def test_report_and_configs(finished):
+    workdir, _, _ = finished
+    run = workdir / RUN
+    report = (run / "report.md").read_text()
+    assert "## Answer per op" in report and "| qkv | " in report and "| fc2 | " in report
+    cfg = yaml.safe_load((run / "tp_comm_overlap_cfg.yaml").read_text())
+    assert sorted(cfg) == sorted(["qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad",
+                                  "fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad"])
+    decisions = json.loads((run / "decisions.json").read_text())
+    assert set(decisions["ops"]) == {"qkv", "fc2"}
+    for rec in decisions["ops"].values():
+        assert rec["tp"] in (1, 2) and rec["evidence_cases"]
+    import polars as pl
+    meas = pl.read_parquet(run / "measurements.parquet")
+    ok = meas.filter(pl.col("status") == "ok")
+    assert ok.height >= 5 and ok["median_ms"].min() > 0
+    assert (ok["fwd_comm_ms"].fill_null(0) >= 0).all()
+    for case in ("qkv-tp2-none", "qkv-tp2-nocomm"):
+        assert case in meas["case"].to_list()
+
+
+def test_failed_case_is_reported_and_others_complete(finished):
+    workdir, _, _ = finished
+    run = json.loads((workdir / RUN / "cases/fc2/tp2/chunked.n4/run.json").read_text())
+    assert run["status"] == "failed" and "injected failure on rank 1" in run["error"]["message"]
+    report = (workdir / RUN / "report.md").read_text()
+    assert "`fc2-tp2-chunked.n4`: **exception**" in report
+    failed = subprocess.run([sys.executable, "-m", "tptune", "failed", RUN], cwd=workdir,
+                            capture_output=True, text=True).stdout
+    assert "fc2/tp2/chunked.n4/run.json" in failed
+
+
+def test_second_run_does_nothing(finished):
+    workdir, _, _ = finished
+    p = smk(workdir, "-n")
+    assert "Nothing to be done" in p.stdout + p.stderr
+
+
+def test_deleting_one_case_reruns_only_it(finished):
+    workdir, _, _ = finished
+    target = workdir / RUN / "cases/qkv/tp2/nocomm/run.json"
+    saved = target.read_bytes()
+    target.unlink()
+    try:
+        dry = smk(workdir, "-n")
+        assert planned_profiles(dry.stdout + dry.stderr) == [("qkv", "2", "nocomm")]
+    finally:
+        target.write_bytes(saved)
+
+
+def test_changing_one_op_reruns_only_its_cases(finished):
+    workdir, pool, _ = finished
+    write_cfg(workdir, pool, op_settings={"fc2": {"timing": {"iters": 4}}})
+    try:
+        dry = smk(workdir, "-n")
+        planned = planned_profiles(dry.stdout + dry.stderr)
+        assert planned and {op for op, _, _ in planned} == {"fc2"}
+    finally:
+        write_cfg(workdir, pool)
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"ops": ["qkv", "attn"]}, "field 'ops.1': 'attn' is not one of"),
+    ({"tp_sizes": [2, 16]}, "TP=16: num_attention_heads=8 is not divisible by 16"),
+    ({"workload": {"seq_length": 0}}, "seq_length"),
+])
+def test_bad_config_fails_before_any_job(tmp_path, workdir, pool_dir, over, needle):
+    write_cfg(workdir, pool_dir, **over)
+    p = smk(workdir, check=False)
+    assert p.returncode != 0
+    assert needle in p.stdout + p.stderr
+    assert not (workdir / "outputs").exists()
+
+
+def test_missing_model_field_named(tmp_path, workdir, pool_dir):
+    (workdir / "config/models/broken.yaml").write_text("hidden_size: 512\nnum_attention_heads: 8\n"
+                                                       "workload: {seq_length: 64}\n")
+    write_cfg(workdir, pool_dir)
+    cfg = yaml.safe_load((workdir / "run.yaml").read_text())
+    cfg["model"] = "config/models/broken.yaml"
+    (workdir / "run.yaml").write_text(yaml.safe_dump(cfg))
+    p = smk(workdir, "-n", check=False)
+    assert p.returncode != 0 and "missing field 'ffn_hidden_size'" in p.stdout + p.stderr
+
+
+def test_lint_is_clean():
+    from conftest import ROOT
+    p = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
