@@ -95,6 +95,9 @@ def _tp_points(points: dict[int, dict]) -> dict[int, tp_decision.TpPoints]:
 def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict]) -> dict:
     measured = _tp_points(points)
     nxt = tp_decision.tp_next(op, measured, **_tp_rules(s))
+    if s.config["decision"].get("explore_all_tps"):  # evidence runs: every TP, the rule decides after
+        later = [t for t in s.tp_sizes if t > tp]
+        nxt = later[0] if later else None
     rec = {"op": op, "tp": tp, "next": nxt, "measured_tps": sorted(points)}
     if nxt is None:
         chosen, evidence = tp_decision.tp_result(op, measured, **_tp_rules(s))

@@ -181,76 +181,82 @@ class Launcher:
 
     # -- one attempt --------------------------------------------------------------------------
     def _attempt(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict) -> dict:
-        lc = self.settings["launcher"]
         with self.pool.acquire(case.tp, prefer=self._warm_sets(case.tp)) as gpus:
-            group = WorkerGroup(self.pool_dir, gpus, case.tp, self.sig)
-            started = not group.alive()
-            t0 = time.monotonic()
-            proc = None
-            if started:
-                self._retire_overlapping(gpus, group)
-                group.stop()
-                proc = self._start(group)
-                deadline = t0 + lc["startup_timeout_s"]
-                while not group.socket.exists():
-                    if proc.poll() is not None:
-                        return _failure("init", True, f"worker group exited during start-up (code "
-                                        f"{proc.returncode}): {_tail(group.log, 2000)}", gpus, started)
-                    if time.monotonic() > deadline:
-                        kill_group(proc.pid)
-                        return _failure("timeout", False, f"worker start-up exceeded {lc['startup_timeout_s']}s",
-                                        gpus, started)
-                    time.sleep(0.05)
-            t_ready = time.monotonic()
-            request = {"case": case.id, "out_dir": str(out_dir.resolve()), "model": mc.to_dict(),
-                       "settings": settings}
+            t_locked = time.monotonic()
+            res = self._attempt_on(case, mc, out_dir, settings, gpus)
+            res["held_s"] = time.monotonic() - t_locked
+            return res
+
+    def _attempt_on(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str]) -> dict:
+        lc = self.settings["launcher"]
+        group = WorkerGroup(self.pool_dir, gpus, case.tp, self.sig)
+        started = not group.alive()
+        t0 = time.monotonic()
+        proc = None
+        if started:
+            self._retire_overlapping(gpus, group)
+            group.stop()
+            proc = self._start(group)
+            deadline = t0 + lc["startup_timeout_s"]
+            while not group.socket.exists():
+                if proc.poll() is not None:
+                    return _failure("init", True, f"worker group exited during start-up (code "
+                                    f"{proc.returncode}): {_tail(group.log, 2000)}", gpus, started)
+                if time.monotonic() > deadline:
+                    kill_group(proc.pid)
+                    return _failure("timeout", False, f"worker start-up exceeded {lc['startup_timeout_s']}s",
+                                    gpus, started)
+                time.sleep(0.05)
+        t_ready = time.monotonic()
+        request = {"case": case.id, "out_dir": str(out_dir.resolve()), "model": mc.to_dict(),
+                   "settings": settings}
+        reply = None
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(lc["case_timeout_s"])
+                s.connect(str(group.socket))
+                s.sendall(json.dumps(request).encode() + b"\n")
+                buf = b""
+                while not buf.endswith(b"\n"):
+                    chunk = s.recv(1 << 20)
+                    if not chunk:
+                        break
+                    buf += chunk
+            reply = json.loads(buf) if buf.strip() else None
+        except (socket.timeout, TimeoutError):
+            group.stop(grace=0.5)
+            return _failure("timeout", False, f"no result within case_timeout_s={lc['case_timeout_s']}s "
+                            "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
+        except OSError as exc:
             reply = None
-            try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.settimeout(lc["case_timeout_s"])
-                    s.connect(str(group.socket))
-                    s.sendall(json.dumps(request).encode() + b"\n")
-                    buf = b""
-                    while not buf.endswith(b"\n"):
-                        chunk = s.recv(1 << 20)
-                        if not chunk:
-                            break
-                        buf += chunk
-                reply = json.loads(buf) if buf.strip() else None
-            except (socket.timeout, TimeoutError):
-                group.stop(grace=0.5)
-                return _failure("timeout", False, f"no result within case_timeout_s={lc['case_timeout_s']}s "
-                                "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
-            except OSError as exc:
-                reply = None
-                conn_error = str(exc)
-            else:
-                conn_error = ""
-            t_done = time.monotonic()
-            if reply is None:
-                info = group.info()
-                time.sleep(1.0)  # let torch.distributed.run finish tearing the group down
-                if info:
-                    kill_group(info["pgid"])
-                group.entry.unlink(missing_ok=True)
-                errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error.rank*.json"))]
-                if errors:
-                    # A rank that lost its peer only reports the symptom: classify by the others.
-                    root = [e for e in errors if not _peer_lost(e["message"])] or errors
-                    msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}"
-                                    for e in root + [e for e in errors if e not in root])
-                    kind, transient = classify_failure(" ".join(f"{e['message']} {e['traceback']}" for e in root))
-                    if kind == "comm" and len(root) < case.tp and root is errors:
-                        kind, msg = "rank_died", f"a rank died without a report; {msg}"
-                    return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
-                tail = _tail(group.log, 3000)
-                kind, transient = classify_failure(tail)
-                if kind in ("exception", "comm"):  # peers only saw the dead rank's sockets close
-                    kind, transient = "rank_died", True
-                return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
-                                gpus, started)
-            return {"status": "ok", "reply": reply, "gpus": gpus, "server_started": started,
-                    "connect_s": t_ready - t0, "request_s": t_done - t_ready}
+            conn_error = str(exc)
+        else:
+            conn_error = ""
+        t_done = time.monotonic()
+        if reply is None:
+            info = group.info()
+            time.sleep(1.0)  # let torch.distributed.run finish tearing the group down
+            if info:
+                kill_group(info["pgid"])
+            group.entry.unlink(missing_ok=True)
+            errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error.rank*.json"))]
+            if errors:
+                # A rank that lost its peer only reports the symptom: classify by the others.
+                root = [e for e in errors if not _peer_lost(e["message"])] or errors
+                msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}"
+                                for e in root + [e for e in errors if e not in root])
+                kind, transient = classify_failure(" ".join(f"{e['message']} {e['traceback']}" for e in root))
+                if kind == "comm" and len(root) < case.tp and root is errors:
+                    kind, msg = "rank_died", f"a rank died without a report; {msg}"
+                return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
+            tail = _tail(group.log, 3000)
+            kind, transient = classify_failure(tail)
+            if kind in ("exception", "comm"):  # peers only saw the dead rank's sockets close
+                kind, transient = "rank_died", True
+            return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
+                            gpus, started)
+        return {"status": "ok", "reply": reply, "gpus": gpus, "server_started": started,
+                "connect_s": t_ready - t0, "request_s": t_done - t_ready}
 
     def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
         """Measure one case; always writes and returns its run.json."""
@@ -301,6 +307,7 @@ def assemble_run(case: Case, mc: ModelConfig, run_settings: dict, settings: dict
             "connect_s": res["connect_s"], "request_s": res["request_s"],
             "init_s": max(r["init_s"] for r in ranks), "measure_s": max(r["measure_s"] for r in ranks),
             "case_s": max(r["total_s"] for r in ranks), "served_before": reply["served_before"],
+            "held_s": sum(a.get("held_s", 0.0) for a in attempts),
         }
     return run
 

@@ -43,6 +43,17 @@ def reference_cases(s: Settings, op: str, tp: int) -> list[Case]:
     return [make_case(op, tp, v) for v in refs]
 
 
+def _joint(op: str, tp: int, dims: dict[str, Dimension]) -> dict[str, Dimension]:
+    """One dimension over every combination of the per-GEMM candidates (the exhaustive grid).
+    A candidate is the variant suffix of the combined overrides, e.g. "dgrad.bulk.sm8+wgrad.bulk.sm4"."""
+    combos = [""]
+    for dim in dims.values():
+        suffixes = [dim.case_of(v).variant_id.split("+", 1)[1] for v in dim.candidates]
+        combos = [f"{c}+{x}" if c else x for c in combos for x in suffixes]
+    cands = tuple(combos)
+    return {"joint": Dimension("joint", cands, lambda v, op=op, tp=tp: make_case(op, tp, f"ub.te+{v}"))}
+
+
 def dimensions(s: Settings, op: str, tp: int) -> dict[str, Dimension]:
     cfg = _search_cfg(s, op)
     if s.backend == "torch":
@@ -55,6 +66,10 @@ def dimensions(s: Settings, op: str, tp: int) -> dict[str, Dimension]:
             name = f"{gemm}.{plan.method}"
             dims[name] = Dimension(name, tuple(plan.sm_candidates) or (None,),
                                    lambda v, plan=plan: plan.case(v))
+    if search_mode(s, op) == "joint":
+        if any(len(plans) > 1 for plans in te_candidates(op, tp, cfg).values()):
+            raise ValueError(f"search.mode joint for {op}: give one method per GEMM in te_methods")
+        return _joint(op, tp, dims)
     return dims
 
 
@@ -63,7 +78,7 @@ def search_mode(s: Settings, op: str) -> str:
 
 
 def next_values(s: Settings, op: str, dim: Dimension, measured: dict) -> list:
-    if search_mode(s, op) == "grid":
+    if search_mode(s, op) in ("grid", "joint"):
         return [v for v in dim.candidates if v not in measured]
     floor = s.config["decision"]["noise_floor"]
     return bisect.next_points(dim.candidates, measured, floor=floor)
@@ -92,7 +107,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
                         for v, p in measured.items()},
            "done": not nxt}
     if not nxt:
-        if rec["mode"] == "grid":
+        if rec["mode"] in ("grid", "joint"):
             from .search.points import point_median
             best = min(dim.candidates, key=lambda v: (point_median(measured[v]), dim.candidates.index(v)))
             path = [{"step": 1, "compared": list(dim.candidates), "kept": [best]}]
