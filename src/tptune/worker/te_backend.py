@@ -85,6 +85,13 @@ def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> No
             raise ValueError(f"{case.id}: userbuffers overlap runs bf16 or fp16 only, got dtype={w.dtype}")
 
 
+def _load_yaml(path: str) -> dict:
+    import yaml
+
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
 def _ub_cfgs(case: Case) -> dict:
     from ..search.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
     return case_ub_cfgs(case)
@@ -145,7 +152,11 @@ class TeOpBench:
         self.dtype = TORCH_DTYPES[mc.workload.dtype]
         self.column = parallel_kind(case.op) == "column"
         self.k_in, self.n_out = weight_shape(case.op, mc)
-        self.ub_cfgs = _ub_cfgs(case) if self.kind == "ub" else None  # validate before touching the GPU
+        self.ub_cfgs = None
+        if self.kind == "ub":  # validate before touching the GPU
+            # ub_cfgs_file: a user's --tp-comm-overlap-cfg YAML, passed to initialize_ub unchanged
+            path = self.te_settings.get("ub_cfgs_file")
+            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case)
         self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
         self._ub_groups: list = []
         self._ub_live = False
