@@ -106,72 +106,137 @@ def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict]) -> dict:
 
 
 def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
-    """Chosen TP and setting of one op, with runner-up and evidence."""
+    """Chosen TP and setting of one op, with runner-up and evidence. TP=1 (no tensor parallelism)
+    has no setting of its own: its evidence is the start TP's points, where no setting hid enough."""
     floor = s.config["decision"]["noise_floor"]
-    points = {tp: _read(run_dir / "search" / op / f"tp{tp}" / "point.json") for tp in final["measured_tps"]}
+    points = _points(run_dir, op, final["measured_tps"])
     chosen = final["chosen_tp"]
     at = points.get(chosen) or points[min(points)]
-    candidates = [p for p in [at["none"], *at["candidates"].values()] if p]
-    winner, comparisons = pick_best(candidates, floor)
-    rest = [p for p in candidates if p is not winner and point_median(p) != float("inf")]
-    runner_up = min(rest, key=point_median) if rest else None
+    winner, runner_up, comparisons = _best_at(at, floor)
     case = parse_case_id(winner["case"])
-    config = {"tp": chosen, "case": winner["case"], "variant": case.variant_id}
-    if case.variant.kind == "ub":
-        config["ub_cfgs"] = {k: v for k, v in ubcfg.case_ub_cfgs(case).items() if k.startswith(op + "_")}
-    if case.variant.kind == "chunked":
-        config["chunks"] = case.variant.chunks
+    if chosen == 1:
+        config = {"tp": 1, "case": None, "variant": "no TP",
+                  "note": f"no overlap setting hid the communication at TP={case.tp}; "
+                          f"fastest there: {winner['case']}"}
+    else:
+        config = _setting(case)
     rec = emit.decisions_record(op, tp=chosen, config=config, winner=winner, runner_up=runner_up,
                                 tp_evidence=final.get("evidence", []), comparisons=comparisons,
                                 searches={f"tp{tp}/{d}": v.get("path") or [] for tp, p in points.items()
                                           for d, v in p["searches"].items()}, floor=floor)
     rec["points"] = {str(tp): {"none": p["none"], "nocomm": p["nocomm"], "best": p["best"],
-                               "verdict": p["verdict"], "verdict_reason": p["verdict_reason"]}
+                               "verdict": p["verdict"], "verdict_reason": p["verdict_reason"],
+                               "fastest": _best_at(p, floor)[0]}
                      for tp, p in points.items()}
     return rec
 
 
-def model_tp(records: dict[str, dict]) -> int:
-    """One TP for the whole model (Megatron has one): the TP chosen by the ops holding most of the
-    no-overlap time at the start TP."""
-    votes: dict[int, float] = {}
-    for rec in records.values():
-        start = min(rec["points"], key=int)
-        t = point_median(rec["points"][start]["none"])
-        votes[rec["tp"]] = votes.get(rec["tp"], 0.0) + (t if t != float("inf") else 0.0)
-    return max(sorted(votes), key=lambda tp: votes[tp]) if votes else 1
+def _points(run_dir: Path, op: str, tps) -> dict[int, dict]:
+    return {tp: _read(run_dir / "search" / op / f"tp{tp}" / "point.json") for tp in tps}
+
+
+def _best_at(point: dict, floor: float) -> tuple[dict, dict | None, list]:
+    """Fastest setting at one TP (no overlap included), the runner-up and the comparisons made."""
+    candidates = [p for p in [point["none"], *point["candidates"].values()] if p]
+    winner, comparisons = pick_best(candidates, floor)
+    rest = [p for p in candidates if p is not winner and point_median(p) != float("inf")]
+    return winner, (min(rest, key=point_median) if rest else None), comparisons
+
+
+def _setting(case) -> dict:
+    config = {"tp": case.tp, "case": case.id, "variant": case.variant_id}
+    if case.variant.kind == "ub":
+        config["ub_cfgs"] = {k: v for k, v in ubcfg.case_ub_cfgs(case).items() if k.startswith(case.op + "_")}
+    if case.variant.kind == "chunked":
+        config["chunks"] = case.variant.chunks
+    return config
+
+
+def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor: float) -> dict | None:
+    """A point whose time is the sum over ops (for the model-level TP rule)."""
+    from .search.points import make_point
+
+    total = 0.0
+    for pts in points_by_op.values():
+        p = pts[tp]
+        q = _best_at(p, floor)[0] if which == "fastest" else p.get(which)
+        t = point_median(q)
+        if t == float("inf"):
+            return None
+        total += t
+    return make_point(f"all-tp{tp}-{which}", [total])
+
+
+def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int, list[dict]]:
+    """One TP for the whole model (Megatron has one): the per-op TP rule applied to the sum of the
+    ops' times, over the TP sizes measured for every op."""
+    floor = s.config["decision"]["noise_floor"]
+    common = sorted(set.intersection(*(set(p) for p in points_by_op.values()))) if points_by_op else []
+    measured = {}
+    for tp in common:
+        measured[tp] = tp_decision.TpPoints(best=_summed(points_by_op, tp, "fastest", floor),
+                                            none=_summed(points_by_op, tp, "none", floor),
+                                            nocomm=_summed(points_by_op, tp, "nocomm", floor))
+    if not measured:
+        return 1, []
+    rules = dict(_tp_rules(s), allowed_tps=common, start_tp=common[0])
+    nxt = tp_decision.tp_next("model", measured, **rules)
+    if nxt is not None:  # the rule wants a TP not measured for every op: stop at what we have
+        rules["allowed_tps"] = [t for t in common if t < nxt] or common[:1]
+    chosen, evidence = tp_decision.tp_result("model", measured, **rules)
+    return chosen, evidence
+
+
+def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float) -> tuple[dict, list[str]]:
+    """Ten-GEMM ub_cfgs for TP ``tp``: each op's fastest userbuffers setting there, else TE defaults."""
+    per_op, notes = {}, []
+    for op, pts in points_by_op.items():
+        if tp not in pts:
+            notes.append(f"{op}: not measured at TP={tp}: TE defaults")
+            continue
+        best = _best_at(pts[tp], floor)[0]
+        case = parse_case_id(best["case"])
+        if case.variant.kind == "ub":
+            per_op[op] = ubcfg.case_ub_cfgs(case)
+            notes.append(f"{op}: {best['case']} ({point_median(best):.3f} ms fwd+bwd)")
+        else:
+            notes.append(f"{op}: fastest at TP={tp} is {best['case']}: TE defaults written")
+    if s.backend != "te":
+        notes.append(f"{s.backend} backend run: no TE userbuffers were measured; entries are TE's defaults")
+    return ubcfg.compose_ub_cfgs(per_op), notes
 
 
 def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
-    records = {}
+    floor = s.config["decision"]["noise_floor"]
+    records, points_by_op = {}, {}
     for f in final_files:
         final = _read(f)
         records[final["op"]] = _op_choice(s, final["op"], final, run_dir)
-    tp = model_tp(records)
+        points_by_op[final["op"]] = _points(run_dir, final["op"], final["measured_tps"])
+    tp, tp_evidence = model_tp(s, points_by_op)
     m, w = s.model.model, s.model.workload
     meta = {"model": m.name, "workload": {"seq_length": w.seq_length, "micro_batch_size": w.micro_batch_size,
                                           "dtype": w.dtype},
-            "backend": s.backend, "device": s.device, "model_tp": tp,
-            "noise_floor": s.config["decision"]["noise_floor"], "tp_tolerance": s.config["decision"]["tp_tolerance"]}
+            "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_evidence": tp_evidence,
+            "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"]}
     emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
 
-    notes, per_op = [], {}
-    for op, rec in records.items():
-        cfg = rec["config"]
-        if cfg.get("ub_cfgs") and rec["tp"] == tp:
-            per_op[op] = cfg["ub_cfgs"]
-        elif s.backend == "te":
-            notes.append(f"{op}: TE defaults (tuned TP for {op} is {rec['tp']}, setting {cfg['variant']})")
-    if s.backend != "te":
-        notes.append(f"{s.backend} backend run: no TE userbuffers were measured; entries are TE's defaults")
-    ub = ubcfg.compose_ub_cfgs(per_op)
+    all_tps = sorted({t for pts in points_by_op.values() for t in pts})
+    for t in all_tps:  # one file per TP measured; the model TP's is tp_comm_overlap_cfg.yaml
+        ub, notes = _ub_cfgs_at(s, points_by_op, t, floor)
+        emit.write_tp_comm_overlap_cfg(run_dir / f"tp_comm_overlap_cfg.tp{t}.yaml", ub, model=m.name,
+                                       workload=meta["workload"], tp=t, notes=notes)
+    ub, notes = _ub_cfgs_at(s, points_by_op, max(tp, all_tps[0]) if all_tps else 2, floor)
+    if tp == 1:
+        notes.insert(0, "model-level decision: no TP (TP=1); entries are for the smallest TP measured")
     emit.write_tp_comm_overlap_cfg(run_dir / "tp_comm_overlap_cfg.yaml", ub, model=m.name,
-                                   workload=meta["workload"], tp=tp, notes=notes)
+                                   workload=meta["workload"], tp=max(tp, all_tps[0]) if all_tps else None,
+                                   notes=notes)
     emit.write_ub_cfgs_json(run_dir / "ub_cfgs.json", ub)
 
     choices = []
     for op, rec in records.items():
-        n = rec["config"].get("chunks", 1)
+        n = (rec["config"] or {}).get("chunks", 1)
         if rec["tp"] > 1:
             choices += [(g, n) for g in op_gemms(op, rec["tp"], s.model) if g.gemm != "wgrad"]
     chunk_notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc); "

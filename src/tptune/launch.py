@@ -153,7 +153,7 @@ class Launcher:
 
     def _retire_overlapping(self, gpus: list[str], keep: WorkerGroup) -> None:
         """Idle groups on any of our GPUs hold memory there: stop them (we hold the locks, so they are idle)."""
-        if self.device != "cuda":
+        if self.device != "cuda" or self.settings["launcher"].get("keep_idle_groups", True):
             return
         for entry in self.pool_dir.glob("srv-*.json"):
             other = entry.stem[4:].split("-")
@@ -170,7 +170,7 @@ class Launcher:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={group.tp}", "-m", "tptune.worker.server",
                "--socket", str(group.socket), "--idle-timeout", str(lc["idle_timeout_s"]),
-               "--device", self.device]
+               "--device", self.device] + (["--preload", "te"] if self.settings["backend"] == "te" else [])
         group.socket.unlink(missing_ok=True)
         log = open(group.log, "wb")
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,

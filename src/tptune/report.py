@@ -48,7 +48,8 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
     for op, rec in decisions["ops"].items():
         winner = (rec.get("winner") or {}).get("case")
         w = by_case.get(winner, {})
-        pts = rec["points"].get(str(rec["tp"])) or {}
+        at = str(rec["tp"]) if str(rec["tp"]) in rec["points"] else min(rec["points"], key=int)
+        pts = rec["points"][at]
         none = (pts.get("none") or {}).get("case")
         nocomm = (pts.get("nocomm") or {}).get("case")
         t_none = by_case.get(none, {}).get("median_ms")
@@ -59,7 +60,8 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
         comm = sum(w.get(f"{p}_comm_ms") or 0 for p in ("fwd", "bwd"))
         overlap = sum(w.get(f"{p}_overlap_ms") or 0 for p in ("fwd", "bwd"))
         rows.append({
-            "op": op, "tp": rec["tp"], "case": winner, "variant": (rec.get("config") or {}).get("variant"),
+            "op": op, "tp": rec["tp"], "evidence_tp": int(at), "case": winner,
+            "variant": (rec.get("config") or {}).get("variant"), "note": (rec.get("config") or {}).get("note"),
             "fwd_ms": w.get("fwd_median_ms"), "bwd_ms": w.get("bwd_median_ms"), "total_ms": t_w,
             "none_ms": t_none, "bound_ms": t_bound,
             "bound_share": (t_bound / t_w) if t_bound and t_w else None,
@@ -91,6 +93,26 @@ def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     return sorted(rows, key=lambda r: (r["op"], r["tp"]))
 
 
+def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
+    """Per TP measured for every op: the sum over ops of each reference and of the fastest setting."""
+    ops = list(decisions["ops"])
+    by = {(r["op"], r["tp"], r["variant"]): r["median_ms"] for r in meas.iter_rows(named=True)}
+    rows = []
+    for tp in sorted({t for t in meas["tp"].to_list()}):
+        def total(variant):
+            vals = [by.get((op, tp, variant)) for op in ops]
+            return None if any(v is None for v in vals) else sum(vals)
+        fastest = []
+        for op in ops:
+            f = (decisions["ops"][op]["points"].get(str(tp)) or {}).get("fastest")
+            fastest.append(f and by.get((op, tp, parse_case_id(f["case"]).variant_id)))
+        presets = sorted({v for (_, t, v) in by if t == tp and v.startswith("ub.") and "+" not in v and v != "ub.te"})
+        rows.append({"tp": tp, "none": total("none"), "te": total("ub.te"),
+                     "presets": {p: total(p) for p in presets},
+                     "tuned": None if any(v is None for v in fastest) else sum(fastest), "bound": total("nocomm")})
+    return rows
+
+
 def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     plan = pl.read_parquet(run_dir / "plan.parquet")
     meas = pl.read_parquet(run_dir / "measurements.parquet")
@@ -117,7 +139,8 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     text = env_t.get_template("report.md.j2").render(
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
-        comparison=_comparison(meas, decisions), cases=meas.to_dicts(), failures=failures,
+        comparison=_comparison(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
+        tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=yaml_text,
         chunk_text=chunk_text, run_dir=run_dir,
     )
