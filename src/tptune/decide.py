@@ -73,8 +73,11 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
     best, comparisons = pick_best(list(overlapped.values()), floor)
     if best is not None and point_median(best) == float("inf"):
         best = None
+    ok = [p for p in overlapped.values() if point_median(p) != float("inf")]
+    fastest = min(ok, key=point_median) if ok else None
     verdict, reason = _verdict(run_dir, best, op, tp)
     return {"op": op, "tp": tp, "none": refs["none"], "nocomm": refs["nocomm"], "best": best,
+            "fastest_overlapped": fastest,
             "tuned_case": tuned.id, "references": refs, "candidates": overlapped,
             "comparisons": comparisons, "verdict": verdict, "verdict_reason": reason,
             "searches": {d: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
@@ -82,13 +85,18 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
 
 
 def _tp_rules(s: Settings) -> dict:
+    d = s.config["decision"]
     return {"start_tp": s.tp_sizes[0], "gpus_per_node": s.config.get("gpus_per_node", 8),
-            "allowed_tps": s.tp_sizes, "tolerance": s.config["decision"]["tp_tolerance"],
-            "floor": s.config["decision"]["noise_floor"]}
+            "allowed_tps": s.tp_sizes, "tolerance": d["tp_tolerance"], "floor": d["noise_floor"],
+            "trust_verdict": d.get("trust_verdict", False),
+            "min_hidden_fraction": d.get("min_hidden_fraction", tp_decision.DEFAULT_MIN_HIDDEN_FRACTION)}
 
 
 def _tp_points(points: dict[int, dict]) -> dict[int, tp_decision.TpPoints]:
-    return {tp: tp_decision.TpPoints(best=p["best"], none=p["none"], nocomm=p["nocomm"], verdict=p["verdict"])
+    """Whether *any* overlap setting hides the communication: the fastest overlapped point is
+    judged (still against the noise margin of the no-overlap point)."""
+    return {tp: tp_decision.TpPoints(best=p.get("fastest_overlapped", p["best"]), none=p["none"],
+                                     nocomm=p["nocomm"], verdict=p["verdict"])
             for tp, p in points.items()}
 
 
@@ -179,7 +187,7 @@ def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int
                                             nocomm=_summed(points_by_op, tp, "nocomm", floor))
     if not measured:
         return 1, []
-    rules = dict(_tp_rules(s), allowed_tps=common, start_tp=common[0])
+    rules = dict(_tp_rules(s), allowed_tps=common, start_tp=common[0], trust_verdict=False)
     nxt = tp_decision.tp_next("model", measured, **rules)
     if nxt is not None:  # the rule wants a TP not measured for every op: stop at what we have
         rules["allowed_tps"] = [t for t in common if t < nxt] or common[:1]
