@@ -9,12 +9,15 @@ from pathlib import Path
 from .errors import TptuneError
 
 
-def _settings(path: str):
+def _settings(path: str, check_hardware: bool = False):
+    """The run's settings from its config.json. Only profiling needs the hardware the run names."""
     from .settings import resolve
 
     cfg = json.loads(Path(path).read_text())
     source, base_dir = cfg.pop("_source", path), cfg.pop("_base_dir", ".")
-    return resolve(cfg, source=source, base_dir=base_dir)
+    if not (Path(base_dir) / cfg["model"]).exists() and (Path.cwd() / cfg["model"]).exists():
+        base_dir = "."  # outputs copied from another machine: resolve the model from here
+    return resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware)
 
 
 def _run_dir(a) -> Path:
@@ -64,7 +67,7 @@ def cmd_profile(a) -> int:
     from .cases import parse_case_id
     from .launch import Launcher
 
-    s = _settings(a.config)
+    s = _settings(a.config, check_hardware=True)
     case = parse_case_id(a.case)
     op_settings = dict(s.op_settings(case.op))
     op_settings["fault"] = s.config.get("faults", {}).get(case.id)

@@ -62,8 +62,11 @@ class Settings:
         return {"backend": self.backend, "device": self.device, "launcher": self.config["launcher"]}
 
 
-def resolve(config: dict, source: str = "config", base_dir: str | Path = ".") -> Settings:
-    """Validate a merged run config and everything it points to. Raises ConfigError listing all problems."""
+def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", check_hardware: bool = True) -> Settings:
+    """Validate a merged run config and everything it points to. Raises ConfigError listing all problems.
+
+    ``check_hardware=False`` is for steps that only read recorded measurements (search steps,
+    decisions, report): they run anywhere, e.g. on a laptop with a GPU node's outputs copied over."""
     problems = _schema_problems(config)
     if problems:
         raise ConfigError(source, problems)
@@ -98,13 +101,13 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".") ->
     has_gpu = count_gpus() > 0
     if backend == "auto":
         backend = "te" if has_gpu and te_available() else "torch"
-    if backend == "te" and not has_gpu:
+    if check_hardware and backend == "te" and not has_gpu:
         problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch)")
-    if backend == "te" and not te_available():
+    if check_hardware and backend == "te" and not te_available():
         problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]')")
     if problems:
         raise ConfigError(source, problems)
-    device = "cuda" if has_gpu else "cpu"
+    device = "cuda" if has_gpu or (backend == "te" and not check_hardware) else "cpu"
     w = mc.workload
     run = config.get("run") or f"{mc.model.name}-s{w.seq_length}-b{w.micro_batch_size}-{w.dtype}-{backend}"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", run):
