@@ -21,6 +21,7 @@ from .envinfo import launch_env
 from .gpupool import GpuPool, count_gpus, visible_ids
 from .model import ModelConfig
 from .stats import slowest_rank, stats
+from .worker.wire import recv_json, send_json
 
 RUN_JSON = "run.json"
 _FAILURE_RULES = [  # (substring, kind, transient) - first match wins
@@ -90,7 +91,7 @@ class WorkerGroup:
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                     s.settimeout(grace)
                     s.connect(str(self.socket))
-                    s.sendall(b'{"cmd": "exit"}\n')
+                    send_json(s, {"cmd": "exit"})
             except OSError:
                 pass
             deadline = time.monotonic() + grace
@@ -215,14 +216,8 @@ class Launcher:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(lc["case_timeout_s"])
                 s.connect(str(group.socket))
-                s.sendall(json.dumps(request).encode() + b"\n")
-                buf = b""
-                while not buf.endswith(b"\n"):
-                    chunk = s.recv(1 << 20)
-                    if not chunk:
-                        break
-                    buf += chunk
-            reply = json.loads(buf) if buf.strip() else None
+                send_json(s, request)
+                reply = recv_json(s)
         except (socket.timeout, TimeoutError):
             group.stop(grace=0.5)
             return _failure("timeout", False, f"no result within case_timeout_s={lc['case_timeout_s']}s "

@@ -39,16 +39,6 @@ def _fault(spec: str | None, rank: int) -> None:
         os._exit(17)
 
 
-def _recv_line(conn: socket.socket) -> bytes:
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = conn.recv(1 << 16)
-        if not chunk:
-            break
-        buf += chunk
-    return buf
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
@@ -68,6 +58,7 @@ def main(argv=None) -> int:
     from ..model import parse_model
     from .context import RankContext
     from .harness import run_case
+    from .wire import recv_json, send_json
 
     t_import = time.time() - _T_START
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -102,7 +93,7 @@ def main(argv=None) -> int:
             try:
                 conn, _ = srv.accept()
                 conn.settimeout(None)
-                msg = json.loads(_recv_line(conn) or b'{"cmd": "exit"}')
+                msg = recv_json(conn) or {"cmd": "exit"}
             except (socket.timeout, TimeoutError):
                 msg = {"cmd": "exit"}
         box = [msg]
@@ -131,7 +122,7 @@ def main(argv=None) -> int:
         if rank == 0:
             reply = {"ranks": results, "environment": env, "startup": startup if served == 0 else None,
                      "served_before": served, "server_pid": os.getpid()}
-            conn.sendall(json.dumps(reply).encode() + b"\n")
+            send_json(conn, reply)
             conn.close()
         served += 1
     if srv:
