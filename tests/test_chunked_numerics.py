@@ -1,5 +1,4 @@
 """The chunked method computes exactly what the unsplit TP layer computes (real gloo, 2 ranks)."""
-import os
 import tempfile
 
 import pytest

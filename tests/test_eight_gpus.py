@@ -1,7 +1,6 @@
 """Nothing assumes fewer than 8 GPUs: the 8-GPU configs plan TP=8, the pool hands out 8 ids, the TP
 decision may grow to 8 (issue 6 runs on nvidia-h200-x8 when it is lent)."""
 import pytest
-import yaml
 
 from tptune.cases import parse_case_id
 from tptune.gpupool import GpuPool

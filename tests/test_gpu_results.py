@@ -1,7 +1,6 @@
 """What the H200 runs recorded, checked on CPU: TP=4 traces, the committed results, and the decisions
 re-derived from the recorded points with this checkout's decision code."""
 import json
-from pathlib import Path
 
 import pytest
 import yaml

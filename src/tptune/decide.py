@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .cases import make_case, parse_case_id
+from .cases import parse_case_id
 from .ops import op_gemms
 from .search import emit, tp_decision, ubcfg
 from .search.noise import compare_points, cost_key

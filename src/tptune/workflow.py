@@ -98,7 +98,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
     measured = {}
     for v in asked:
         measured[v] = read_point(run_dir / dim.case_of(v).dir / "run.json")
-    nxt = next_values(s, op, dim, measured) if (prev or step > 0) else next_values(s, op, dim, {})
+    nxt = next_values(s, op, dim, measured)
     rec = {"op": op, "tp": tp, "dim": dim_name, "step": step, "mode": search_mode(s, op),
            "candidates": list(dim.candidates), "asked": asked, "next": nxt,
            "next_cases": [dim.case_of(v).id for v in nxt],
