@@ -122,6 +122,17 @@ def kill_group(pgid: int) -> None:
         time.sleep(0.5)
 
 
+def _rank_errors(out_dir: Path) -> list[dict]:
+    """The error reports the ranks wrote (a rank killed while writing leaves an unreadable one)."""
+    errors = []
+    for p in sorted(out_dir.glob("error.rank*.json")):
+        try:
+            errors.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return errors
+
+
 def _tail(path: Path, n: int = 4000) -> str:
     try:
         return path.read_text(errors="replace")[-n:]
@@ -234,7 +245,7 @@ class Launcher:
             if info:
                 kill_group(info["pgid"])
             group.entry.unlink(missing_ok=True)
-            errors = [json.loads(p.read_text()) for p in sorted(out_dir.glob("error.rank*.json"))]
+            errors = _rank_errors(out_dir)
             if errors:
                 # A rank that lost its peer only reports the symptom: classify by the others.
                 root = [e for e in errors if not _peer_lost(e["message"])] or errors
@@ -256,7 +267,7 @@ class Launcher:
     def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
         """Measure one case; always writes and returns its run.json."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in list(out_dir.glob("error.rank*.json")) + list(out_dir.glob("trace.rank*.json*")):
+        for stale in list(out_dir.glob("error.rank*")) + list(out_dir.glob("trace.rank*.json*")):
             stale.unlink()
         settings = {"backend": self.settings["backend"], "timing": op_settings["timing"],
                     "check": op_settings.get("check", False), "fault": op_settings.get("fault"),

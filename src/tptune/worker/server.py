@@ -111,10 +111,12 @@ def main(argv=None) -> int:
             result = run_case(case, mc, ctx, msg["settings"], out_dir)
         except BaseException as exc:  # noqa: BLE001 - any failure ends this group; report it first
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / f"error.rank{rank}.json").write_text(json.dumps({
+            err = out_dir / f"error.rank{rank}.json"
+            err.with_suffix(".tmp").write_text(json.dumps({  # atomic: the client may read it any moment
                 "rank": rank, "type": type(exc).__name__, "message": str(exc)[:4000],
                 "traceback": traceback.format_exc()[-8000:],
             }))
+            os.replace(err.with_suffix(".tmp"), err)
             sys.stderr.flush()
             os._exit(1)
         results = [None] * world if rank == 0 else None
