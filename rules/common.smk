@@ -1,6 +1,7 @@
 # Validation of the run config (before any job) and every input function of the workflow.
 import json
 import os
+from pathlib import Path
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -108,11 +109,9 @@ def tp_results_inputs(wc):
 
 def tp_cases(op, tp):
     """Cases the TP point of (op, tp) compares: references, each search's winner, and the tuned combination."""
-    results = {r["dim"]: r for r in _read(checkpoints.tp_results.get(op=op, tp=str(tp)).output[0])}
-    best = {r["best_case"]: _read(f"{RUN_DIR}/{parse_case_id(r['best_case']).dir}/run.json")
-            for r in results.values()}
-    tuned = wf.tuned_case(S, op, tp, results, best)
-    cases = wf.reference_cases(S, op, tp) + [tuned] + [parse_case_id(c) for c in best]
+    results = _read(checkpoints.tp_results.get(op=op, tp=str(tp)).output[0])
+    winners, tuned = wf.point_cases(S, op, tp, results, Path(RUN_DIR))
+    cases = wf.reference_cases(S, op, tp) + [tuned] + [parse_case_id(c) for c in winners]
     return list({c.id: c for c in cases}.values())
 
 

@@ -8,6 +8,7 @@ import polars as pl
 
 from .cases import parse_case_id
 from .errors import TraceError
+from .search.points import point_stats
 from .trace import overlap_verdict, summarize, trace_metrics
 
 PHASE_PREFIX = {"forward": "fwd", "backward": "bwd"}
@@ -60,7 +61,7 @@ def _flatten_summary(summary: pl.DataFrame | None) -> dict:
 
 
 def _timing(run: dict, key: str, field: str):
-    return ((run.get("timing") or {}).get(key) or {}).get(field)
+    return (point_stats(run, key) or {}).get(field)
 
 
 def collect(run_dir: Path, run_jsons: list[Path], out: Path) -> pl.DataFrame:

@@ -106,7 +106,7 @@ def cmd_tp_step(a) -> int:
     from .decide import tp_step
 
     s = _settings(a.config)
-    points = {int(Path(p).parent.name[2:]): json.loads(Path(p).read_text()) for p in a.points}
+    points = {pt["tp"]: pt for pt in (json.loads(Path(p).read_text()) for p in a.points)}
     _write_json(a.out, tp_step(s, a.op, a.tp, points))
     return 0
 

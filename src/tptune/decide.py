@@ -12,7 +12,7 @@ from .search import emit, tp_decision, ubcfg
 from .search.noise import compare_points, cost_key
 from .search.points import point_median
 from .settings import Settings
-from .workflow import reference_cases, tuned_case
+from .workflow import point_cases, read_point, reference_cases
 
 
 def _read(p: Path) -> dict:
@@ -62,13 +62,11 @@ def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | 
 def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
     """The evidence of one (op, TP): references, each search's winner, the tuned combination, the best."""
     floor = s.config["decision"]["noise_floor"]
-    results = {r["dim"]: r for r in _read(run_dir / "search" / op / f"tp{tp}" / "results.json")}
-    load = lambda case: _read(run_dir / case.dir / "run.json")  # noqa: E731
-    best_points = {r["best_case"]: load(parse_case_id(r["best_case"])) for r in results.values()}
-    tuned = tuned_case(s, op, tp, results, best_points)
-    refs = {c.variant_id: slim(load(c)) for c in reference_cases(s, op, tp)}
-    overlapped = {c: slim(p) for c, p in best_points.items()}
-    overlapped[tuned.id] = slim(load(tuned))
+    results = _read(run_dir / "search" / op / f"tp{tp}" / "results.json")
+    winners, tuned = point_cases(s, op, tp, results, run_dir)
+    refs = {c.variant_id: slim(read_point(run_dir / c.dir / "run.json")) for c in reference_cases(s, op, tp)}
+    overlapped = {c: slim(p) for c, p in winners.items()}
+    overlapped[tuned.id] = slim(read_point(run_dir / tuned.dir / "run.json"))
     overlapped.update({f"{op}-tp{tp}-{v}": p for v, p in refs.items() if v.startswith("ub.")})
     best, comparisons = pick_best(list(overlapped.values()), floor)
     if best is not None and point_median(best) == float("inf"):
@@ -80,8 +78,8 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
             "fastest_overlapped": fastest,
             "tuned_case": tuned.id, "references": refs, "candidates": overlapped,
             "comparisons": comparisons, "verdict": verdict, "verdict_reason": reason,
-            "searches": {d: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
-                             "measured": r["measured"]} for d, r in results.items()}}
+            "searches": {r["dim"]: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
+                                    "measured": r["measured"]} for r in results}}
 
 
 def _tp_rules(s: Settings) -> dict:

@@ -77,18 +77,16 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
 def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     """Per (op, TP): none / TE default / presets / tuned / bound medians."""
     rows = []
-    ok = meas.filter(pl.col("status") == "ok")
     for (op, tp), grp in meas.group_by("op", "tp", maintain_order=True):
         med = {r["variant"]: r["median_ms"] for r in grp.iter_rows(named=True)}
-        okv = {r["variant"] for r in ok.filter((pl.col("op") == op) & (pl.col("tp") == tp)).iter_rows(named=True)}
         rec = decisions["ops"].get(op, {})
         pts = rec.get("points", {}).get(str(tp), {})
         best = (pts.get("best") or {}).get("case")
         row = {"op": op, "tp": tp, "none": med.get("none"), "bound": med.get("nocomm"),
                "te": med.get("ub.te"), "presets": {v: m for v, m in med.items()
                                                    if v.startswith("ub.") and "+" not in v and v != "ub.te"},
-               "best": best, "best_ms": med.get(best.split("-", 2)[2]) if best else None,
-               "n_cases": grp.height, "n_ok": len(okv)}
+               "best": best, "best_ms": med.get(parse_case_id(best).variant_id) if best else None,
+               "n_cases": grp.height, "n_ok": grp.filter(pl.col("status") == "ok").height}
         rows.append(row)
     return sorted(rows, key=lambda r: (r["op"], r["tp"]))
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .cases import Case, Variant, make_case
+from .cases import Case, Variant, make_case, parse_case_id
 from .search import bisect
 from .search.methods import chunk_candidates, te_candidates
 from .settings import Settings
@@ -140,3 +140,12 @@ def tuned_case(s: Settings, op: str, tp: int, results: dict[str, dict], points: 
             per_gemm[gemm] = (t, case)
     overrides = tuple(o for _, c in per_gemm.values() for o in c.variant.overrides)
     return make_case(op, tp, Variant("ub", preset="te", overrides=overrides))
+
+
+def point_cases(s: Settings, op: str, tp: int, results: list[dict], run_dir: Path) -> tuple[dict[str, dict], Case]:
+    """What the TP point of (op, TP) compares besides the references: each search's winner (with its
+    run.json) and the tuned combination of the winners."""
+    results_by_dim = {r["dim"]: r for r in results}
+    winners = {r["best_case"]: read_point(run_dir / parse_case_id(r["best_case"]).dir / "run.json")
+               for r in results}
+    return winners, tuned_case(s, op, tp, results_by_dim, winners)
