@@ -11,15 +11,15 @@ configfile: "config/config.yaml"
 
 include: "rules/common.smk"
 include: "rules/plan.smk"
-include: "rules/profile.smk"
+include: "rules/analyze.smk"
 include: "rules/search.smk"
 include: "rules/report.smk"
 
 
-# Every measured case is a target too, so deleting one case's outputs reruns that case (and the
-# tables and report built on it); the case list comes from the searches, joined in one checkpoint.
+# Every session's analysis is a target too; the session list comes from the searches, joined in
+# one checkpoint. A session is re-measured by deleting (or snakemake -R) its search-step or
+# TP-point file: a setting is re-measured with the settings it is compared to, never alone.
 rule all:
     input:
         f"{RUN_DIR}/report.md",
-        all_case_runs,
-        all_case_analysis,
+        all_session_analysis,

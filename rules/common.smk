@@ -6,7 +6,7 @@ import sys
 
 from snakemake.exceptions import WorkflowError
 
-from tptune.cases import WILDCARD_CONSTRAINTS, make_case, parse_case_id
+from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError
 from tptune.settings import resolve
 from tptune import workflow as wf
@@ -42,29 +42,16 @@ _write_if_changed(CONFIG_JSON, json.dumps({**config, "_base_dir": os.getcwd(), "
 wildcard_constraints:
     op=WILDCARD_CONSTRAINTS["op"],
     tp=WILDCARD_CONSTRAINTS["tp"],
-    variant=WILDCARD_CONSTRAINTS["variant"],
     dim=r"[a-z]+(\.[a-z_]+)?",
     step=r"\d+",
 
 
-def case_run(case):
-    return f"{RUN_DIR}/{case.dir}/run.json"
-
-
-def case_analysis(case):
-    return f"{RUN_DIR}/analysis/{case.op}/tp{case.tp}/{case.variant_id}.parquet"
-
-
-def op_params(wc):
-    """What a case's measurement depends on: changing it reruns that op's cases only."""
-    case = make_case(wc.op, wc.tp, wc.variant)
-    return json.dumps({"backend": S.backend, "device": S.device, "op": S.op_settings(wc.op),
-                       "fault": S.config.get("faults", {}).get(case.id)}, sort_keys=True)
-
-
 def search_params(wc):
-    return json.dumps({"backend": S.backend, "op": S.op_settings(wc.op), "decision": S.config["decision"]},
-                      sort_keys=True)
+    """What a search step or TP point depends on: changing it reruns that op's sessions only."""
+    return json.dumps({"backend": S.backend, "device": S.device, "op": S.op_settings(wc.op),
+                       "decision": S.config["decision"],
+                       "faults": {k: v for k, v in S.config.get("faults", {}).items()
+                                  if k.startswith(f"{wc.op}-tp{wc.tp}-")}}, sort_keys=True)
 
 
 def _read(path):
@@ -86,13 +73,24 @@ def search_final(op, tp, dim):
         step += 1
 
 
+def _prev_step(wc):
+    step = int(wc.step)
+    return f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/{wc.dim}/step{step - 1}.json" if step > 0 else None
+
+
 def search_step_inputs(wc):
-    step, tp = int(wc.step), int(wc.tp)
-    prev = _read(step_file(wc.op, tp, wc.dim, step - 1)) if step > 0 else None
-    ins = {"cases": [case_run(c) for c in wf.step_cases(S, wc.op, tp, wc.dim, prev)]}
-    if step > 0:
-        ins["prev"] = step_file(wc.op, tp, wc.dim, step - 1)
+    ins = {"model": f"{RUN_DIR}/model.json"}
+    if int(wc.step) > 0:
+        ins["prev"] = step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1)
     return ins
+
+
+def step_gpus(wc):
+    """GPUs a step holds: its TP when it measures a session, none when there is nothing to measure
+    (a single-candidate dimension)."""
+    prev_path = _prev_step(wc)
+    prev = _read(prev_path) if prev_path else None
+    return int(wc.tp) if wf.step_cases(S, wc.op, int(wc.tp), wc.dim, prev) else 0
 
 
 def search_result_input(wc):
@@ -100,25 +98,14 @@ def search_result_input(wc):
 
 
 def tp_results_inputs(wc):
-    """Static: one result per dimension, so the searches of one (op, TP) run side by side, and the
-    reference cases, so they are measured alongside the searches."""
+    """Static: one result per dimension, so the searches of one (op, TP) run side by side."""
     tp = int(wc.tp)
-    return {"results": [f"{RUN_DIR}/search/{wc.op}/tp{tp}/{d}/result.json" for d in wf.dimensions(S, wc.op, tp)],
-            "references": [case_run(c) for c in wf.reference_cases(S, wc.op, tp)]}
-
-
-def tp_cases(op, tp):
-    """Cases the TP point of (op, tp) compares: references, each search's winner, and the tuned combination."""
-    results = _read(checkpoints.tp_results.get(op=op, tp=str(tp)).output[0])
-    winners, tuned = wf.point_cases(S, op, tp, results, Path(RUN_DIR))
-    cases = wf.reference_cases(S, op, tp) + [tuned] + [parse_case_id(c) for c in winners]
-    return list({c.id: c for c in cases}.values())
+    return [f"{RUN_DIR}/search/{wc.op}/tp{tp}/{d}/result.json" for d in wf.dimensions(S, wc.op, tp)]
 
 
 def tp_point_inputs(wc):
-    cases = tp_cases(wc.op, int(wc.tp))
-    return {"runs": [case_run(c) for c in cases], "analysis": [case_analysis(c) for c in cases],
-            "results": checkpoints.tp_results.get(op=wc.op, tp=wc.tp).output[0]}
+    return {"results": checkpoints.tp_results.get(op=wc.op, tp=wc.tp).output[0],
+            "model": f"{RUN_DIR}/model.json"}
 
 
 def tp_decision_file(op, tp):
@@ -139,29 +126,41 @@ def tp_chain(op):
 
 def tp_step_inputs(wc):
     tps = [t for t in S.tp_sizes if t <= int(wc.tp)]
-    return [f"{RUN_DIR}/search/{wc.op}/tp{t}/point.json" for t in tps]
+    return {"points": [f"{RUN_DIR}/search/{wc.op}/tp{t}/point.json" for t in tps],
+            "analysis": [f"{RUN_DIR}/analysis/{wc.op}/tp{t}/point.parquet" for t in tps]}
 
 
 def op_final_input(wc):
     return tp_chain(wc.op)[1]
 
 
-def all_cases(wc):
-    """Every case any search of this run measured (for the measurements table and the report)."""
+def all_sessions(wc):
+    """(search-step or TP-point file, its session folder) of every session this run measured."""
     checkpoints.searches_done.get()
-    cases = {}
+    out = []
     for op in S.ops:
         for tp in tp_chain(op)[0]:
-            cases.update((c.id, c) for c in tp_cases(op, tp))
-            for d, dim in wf.dimensions(S, op, tp).items():
-                rec = search_final(op, tp, d)[1]
-                cases.update((c.id, c) for c in map(dim.case_of, rec["asked"]))
-    return [cases[k] for k in sorted(cases)]
+            for d in wf.dimensions(S, op, tp):
+                step = 0
+                while True:
+                    f = step_file(op, tp, d, step)
+                    rec = _read(f)
+                    if any(e["step"] == step for e in rec["sessions"]):
+                        out.append((f, f"{RUN_DIR}/sessions/{op}/tp{tp}/{d}/step{step}"))
+                    if rec["done"]:
+                        break
+                    step += 1
+            out.append((f"{RUN_DIR}/search/{op}/tp{tp}/point.json", f"{RUN_DIR}/sessions/{op}/tp{tp}/point"))
+    return out
 
 
-def all_case_runs(wc):
-    return [case_run(c) for c in all_cases(wc)]
+def all_session_records(wc):
+    return [f for f, _ in all_sessions(wc)]
 
 
-def all_case_analysis(wc):
-    return [case_analysis(c) for c in all_cases(wc)]
+def all_session_jsons(wc):
+    return [f"{d}/session.json" for _, d in all_sessions(wc)]
+
+
+def all_session_analysis(wc):
+    return [d.replace(f"{RUN_DIR}/sessions/", f"{RUN_DIR}/analysis/", 1) + ".parquet" for _, d in all_sessions(wc)]

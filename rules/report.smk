@@ -3,14 +3,16 @@ rule collect:
         parquet=f"{RUN_DIR}/measurements.parquet",
         csv=f"{RUN_DIR}/measurements.csv",
     input:
-        runs=all_case_runs,
-        analysis=all_case_analysis,
+        records=all_session_records,
+        analysis=all_session_analysis,
+    params:
+        sessions=all_session_jsons,
     log:
         f"{RUN_DIR}/logs/collect.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune collect --run-jsons {input.runs} --out {output.parquet} > {log} 2>&1"
+        "tptune collect --sessions {params.sessions} --out {output.parquet} > {log} 2>&1"
 
 
 rule decide:

@@ -1,6 +1,8 @@
 # Data-dependent searches. Each step of each binary search (one op, TP and dimension) is one
-# checkpoint job; the next step's cases are known only once it has run. The TP decision of each op
-# is a chain of checkpoints too: TP*2 is measured only when TP passed.
+# checkpoint job on TP GPUs: it measures the points the step compares side by side, in one session
+# (alternating rounds on one warm worker group), then decides what the next step measures. The TP
+# point of each (op, TP) is one such session too: references, bound, the searches' winners and the
+# tuned combinations. The TP decision of each op is a chain of checkpoints: TP*2 only when TP passed.
 checkpoint search_step:
     output:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/step{{step}}.json",
@@ -10,6 +12,9 @@ checkpoint search_step:
     params:
         settings=search_params,
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
+    resources:
+        gpus=step_gpus,
+    threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
     conda:
@@ -36,7 +41,7 @@ checkpoint tp_results:
     output:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/results.json",
     input:
-        unpack(tp_results_inputs),
+        results=tp_results_inputs,
     log:
         f"{RUN_DIR}/logs/tp_results/{{op}}-tp{{tp}}.log",
     conda:
@@ -53,6 +58,9 @@ rule tp_point:
         cfg=ancient(CONFIG_JSON),
     params:
         settings=search_params,
+    resources:
+        gpus=lambda wc: int(wc.tp),
+    threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-point.log",
     conda:
@@ -66,7 +74,7 @@ checkpoint tp_step:
     output:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/decision.json",
     input:
-        points=tp_step_inputs,
+        unpack(tp_step_inputs),
         cfg=ancient(CONFIG_JSON),
     params:
         settings=search_params,

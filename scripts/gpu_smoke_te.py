@@ -74,7 +74,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tptune-smoke-"))
     cfg = load_config_files(ROOT / "config" / "config.yaml")
     cfg.update(model=args.model, backend=args.backend, tp_sizes=[args.tp], ops=args.ops.split(","), run="smoke")
-    cfg["timing"] = {"warmup": 5, "iters": 10, "repeats": 3, "profile_steps": 2}
+    cfg["timing"] = {"warmup": 5, "iters": 10, "min_rounds": 3, "max_rounds": 3, "profile_steps": 2}
     cfg["launcher"].update(pool_dir=str(work / "pool"), case_timeout_s=args.case_timeout, idle_timeout_s=90,
                            retries=0)
     t0 = time.time()

@@ -34,7 +34,7 @@ def main() -> int:
     rows = []
     for op in s.ops:
         settings = dict(s.op_settings(op), check=True, te={"ub_cfgs_file": str(Path(a.yaml).resolve())})
-        settings["timing"] = {"warmup": 3, "iters": 5, "repeats": 1, "profile_steps": 0}
+        settings["timing"] = {"warmup": 3, "iters": 5, "min_rounds": 1, "max_rounds": 1, "profile_steps": 0}
         case = make_case(op, a.tp, "ub.te")  # the preset is ignored: the file's ub_cfgs are used as they are
         run = launcher.profile(case, s.model, out / op, settings)
         rows.append({"op": op, "status": run["status"], "median_ms": (run.get("timing") or {}).get("total_ms", {}).get("median"),

@@ -30,7 +30,7 @@ def base_config(pool_dir, **over):
     cfg = load_config_files(ROOT / "config" / "config.yaml")
     cfg["model"] = str(ROOT / "config" / "models" / "tiny.yaml")
     cfg["launcher"].update(pool_dir=str(pool_dir), idle_timeout_s=5, case_timeout_s=60)
-    cfg["timing"] = {"warmup": 1, "iters": 3, "repeats": 2, "profile_steps": 1}
+    cfg["timing"] = {"warmup": 1, "iters": 3, "min_rounds": 2, "max_rounds": 2, "profile_steps": 1}
     return deep_merge(cfg, over)
 
 

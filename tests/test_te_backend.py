@@ -255,7 +255,7 @@ def _rank_main(rank: int, world: int, port: int, case_ids: list, perturb: float,
         n_groups = len(c10d._world.pg_map)
         mc = load_model(TINY, {"dtype": "bf16", "seq_length": 64})
         settings = {"backend": "te", "check": True,
-                    "timing": {"warmup": 1, "iters": 2, "repeats": 2, "profile_steps": 0}}
+                    "timing": {"warmup": 1, "iters": 2, "min_rounds": 2, "max_rounds": 2, "profile_steps": 0}}
         results = {}
         for cid in case_ids:
             case = parse_case_id(cid)

@@ -64,6 +64,7 @@ def cmd_plan(a) -> int:
 
 
 def cmd_profile(a) -> int:
+    """One case alone (no side-by-side partner): for smoke tests and ad-hoc checks."""
     from .cases import parse_case_id
     from .launch import Launcher
 
@@ -77,6 +78,22 @@ def cmd_profile(a) -> int:
     return 0
 
 
+def _measure_session(s, op: str, tp: int, cases, sdir: Path, contenders=None) -> dict:
+    """Measure ``cases`` side by side in one session (launch.Launcher.session), with the drift canary."""
+    from .launch import Launcher
+    from .workflow import canary_case
+
+    rec = Launcher(s.launcher_settings()).session(
+        cases, s.model, sdir, s.op_settings(op), session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
+        contenders=contenders,
+        canary=canary_case(s, tp), margin=s.config["decision"]["noise_floor"],
+        faults=s.config.get("faults", {}))
+    bad = rec["failed"]
+    print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
+          + (f"; failed: {', '.join(bad)}" if bad else ""))
+    return rec
+
+
 def cmd_analyze_case(a) -> int:
     from .analyze import analyze_case
 
@@ -84,21 +101,40 @@ def cmd_analyze_case(a) -> int:
     return 0
 
 
-def cmd_search_step(a) -> int:
-    from .workflow import step_record
+def cmd_analyze_session(a) -> int:
+    from .analyze import analyze_session
 
-    s = _settings(a.config)
+    analyze_session(Path(a.session), Path(a.out))
+    return 0
+
+
+def cmd_search_step(a) -> int:
+    from .workflow import session_dir, step_cases, step_record, step_session_name
+
+    s = _settings(a.config, check_hardware=a.measure)
     prev = json.loads(Path(a.prev).read_text()) if a.prev else None
-    rec = step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a))
+    run_dir = _run_dir(a)
+    cases = step_cases(s, a.op, a.tp, a.dim, prev)
+    if cases and a.measure:
+        sdir = session_dir(run_dir, a.op, a.tp, step_session_name(a.dim, a.step))
+        _measure_session(s, a.op, a.tp, cases, sdir)
+    rec = step_record(s, a.op, a.tp, a.dim, a.step, prev, run_dir)
     _write_json(a.out, rec)
     return 0
 
 
 def cmd_tp_point(a) -> int:
     from .decide import tp_point
+    from .workflow import point_contenders, point_members, session_dir
 
-    s = _settings(a.config)
-    _write_json(a.out, tp_point(s, a.op, a.tp, _run_dir(a)))
+    s = _settings(a.config, check_hardware=a.measure)
+    run_dir = _run_dir(a)
+    if a.measure:
+        results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
+        members, _ = point_members(s, a.op, a.tp, results)
+        _measure_session(s, a.op, a.tp, members, session_dir(run_dir, a.op, a.tp, "point"),
+                         contenders=point_contenders(members))
+    _write_json(a.out, tp_point(s, a.op, a.tp, run_dir))
     return 0
 
 
@@ -106,7 +142,9 @@ def cmd_tp_step(a) -> int:
     from .decide import tp_step
 
     s = _settings(a.config)
-    points = {pt["tp"]: pt for pt in (json.loads(Path(p).read_text()) for p in a.points)}
+    from .decide import with_verdict
+
+    points = {pt["tp"]: with_verdict(_run_dir(a), pt) for pt in (json.loads(Path(p).read_text()) for p in a.points)}
     _write_json(a.out, tp_step(s, a.op, a.tp, points))
     return 0
 
@@ -122,7 +160,7 @@ def cmd_decide(a) -> int:
 def cmd_collect(a) -> int:
     from .analyze import collect
 
-    collect(_run_dir(a), [Path(p) for p in a.run_jsons], Path(a.out))
+    collect(_run_dir(a), [Path(p) for p in a.sessions], Path(a.out))
     return 0
 
 
@@ -140,9 +178,15 @@ def cmd_join_json(a) -> int:
 
 
 def cmd_failed(a) -> int:
-    for p in sorted(Path(a.run_dir).glob("cases/*/*/*/run.json")):
-        if json.loads(p.read_text()).get("status") != "ok":
-            print(p)
+    """The search-step / TP-point files whose session has a failed setting (for snakemake -R): a setting
+    is re-measured with the settings it is compared to, never alone."""
+    run = Path(a.run_dir)
+    for sj in sorted(run.glob("sessions/*/tp*/**/session.json")):
+        if not json.loads(sj.read_text()).get("failed"):
+            continue
+        rel = sj.parent.relative_to(run / "sessions")
+        op, tp, *rest = rel.parts
+        print(run / "search" / op / tp / ("point.json" if rest == ["point"] else f"{rest[0]}/{rest[1]}.json"))
     return 0
 
 
@@ -175,19 +219,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_analyze_case)
 
-    p = sub.add_parser("search-step", help="one step of one binary search")
+    p = sub.add_parser("search-step", help="one step of one binary search: measure its points side by side, "
+                                           "then decide what comes next")
     for k in ("config", "op", "dim", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--step", type=int, required=True)
     p.add_argument("--prev")
+    p.add_argument("--no-measure", dest="measure", action="store_false",
+                   help="re-derive from the recorded session (no GPU)")
     p.set_defaults(fn=cmd_search_step)
 
-    p = sub.add_parser("tp-point", help="best setting of one op at one TP, with its references")
+    p = sub.add_parser("tp-point", help="best setting of one op at one TP: its references, the searches' "
+                                        "winners and the tuned combination measured side by side")
     for k in ("config", "op", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--no-measure", dest="measure", action="store_false",
+                   help="re-derive from the recorded session (no GPU)")
     p.set_defaults(fn=cmd_tp_point)
+
+    p = sub.add_parser("analyze-session", help="trace metrics of every setting of one session")
+    p.add_argument("--session", required=True, help="the session folder (holds session.json)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_analyze_session)
 
     p = sub.add_parser("tp-step", help="one step of the TP decision of one op")
     for k in ("config", "op", "out"):
@@ -196,9 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--points", nargs="+", required=True)
     p.set_defaults(fn=cmd_tp_step)
 
-    p = sub.add_parser("collect", help="all cases' measurements and trace metrics in one table")
+    p = sub.add_parser("collect", help="all sessions' measurements and trace metrics in one table")
     p.add_argument("--out", required=True, help="measurements.parquet in the run folder")
-    p.add_argument("--run-jsons", nargs="+", required=True)
+    p.add_argument("--sessions", nargs="+", required=True, help="session.json files")
     p.set_defaults(fn=cmd_collect)
 
     p = sub.add_parser("decide", help="decisions.json and the config files users load")

@@ -12,7 +12,7 @@ from .search import emit, tp_decision, ubcfg
 from .search.noise import compare_points, cost_key
 from .search.points import point_median
 from .settings import Settings
-from .workflow import point_cases, read_point, reference_cases
+from .workflow import point_contenders, point_members, read_session, session_dir
 
 
 def _read(p: Path) -> dict:
@@ -20,10 +20,13 @@ def _read(p: Path) -> dict:
 
 
 def slim(point: dict | None) -> dict | None:
-    """What decisions need of a run.json: case, status, timing stats."""
+    """What decisions need of a run.json: case, session, status, timing stats, host figures."""
     if point is None:
         return None
-    return {"case": point["case"], "status": point["status"], "timing": point.get("timing") or {},
+    timing = {k: {f: v for f, v in st.items() if f != "samples"} if isinstance(st, dict) else st
+              for k, st in (point.get("timing") or {}).items()}
+    return {"case": point["case"], "status": point["status"], "session": point.get("session"),
+            "timing": timing, "host": {k: v for k, v in (point.get("host") or {}).items() if k != "batches"},
             "error": point.get("error")}
 
 
@@ -49,35 +52,71 @@ def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | 
 
     if best is None:
         return None, None
-    paths = [run_dir / "analysis" / op / f"tp{tp}" / f"{parse_case_id(c).variant_id}.parquet"
-             for c in (best["case"], f"{op}-tp{tp}-none")]
-    if not all(p.exists() for p in paths):
+    path = run_dir / "analysis" / op / f"tp{tp}" / "point.parquet"
+    if not path.exists():
         return None, "trace analysis missing"
-    (mine, e1), (base, e2) = (case_summary(pl.read_parquet(p)) for p in paths)
+    df = pl.read_parquet(path)
+    frames = [df.filter(pl.col("case") == c) for c in (best["case"], f"{op}-tp{tp}-none")]
+    if any(f.height == 0 for f in frames):
+        return None, "trace analysis missing"
+    (mine, e1), (base, e2) = (case_summary(f) for f in frames)
     if mine is None or base is None:
         return None, e1 or e2
     return overlap_verdict(mine, base)
 
 
+def bound_faults(points: dict[str, dict], floor: float) -> list[dict]:
+    """The no-communication bound must not be slower than what it bounds: every setting measured beside
+    it is checked; a bound slower beyond the noise is a measurement fault, never a percentage."""
+    from .search.rounds import ratio_of
+
+    bound = next((p for c, p in points.items() if c.endswith("-nocomm")), None)
+    if bound is None or point_median(bound) == float("inf"):
+        return []
+    faults = []
+    for cid, p in points.items():
+        if p is bound or point_median(p) == float("inf"):
+            continue
+        r = ratio_of(bound, p)
+        if r is None:
+            slower = point_median(bound) > point_median(p) * (1 + floor)
+            rec = {"ratio": point_median(bound) / point_median(p)}
+        else:
+            slower = r.lo > 1.0
+            rec = r.to_dict()
+        if slower:
+            faults.append({"bound": bound["case"], "above": cid, **rec,
+                           "note": "bound slower than a setting it bounds: measurement fault"})
+    return faults
+
+
 def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
-    """The evidence of one (op, TP): references, each search's winner, the tuned combination, the best."""
+    """The evidence of one (op, TP), all from one side-by-side session: the references, each search's
+    winner and the tuned combinations; the best setting; the bound check; host-bound flags."""
     floor = s.config["decision"]["noise_floor"]
     results = _read(run_dir / "search" / op / f"tp{tp}" / "results.json")
-    winners, tuned = point_cases(s, op, tp, results, run_dir)
-    refs = {c.variant_id: slim(read_point(run_dir / c.dir / "run.json")) for c in reference_cases(s, op, tp)}
-    overlapped = {c: slim(p) for c, p in winners.items()}
-    overlapped[tuned.id] = slim(read_point(run_dir / tuned.dir / "run.json"))
-    overlapped.update({f"{op}-tp{tp}-{v}": p for v, p in refs.items() if v.startswith("ub.")})
+    members, tuned = point_members(s, op, tp, results)
+    sess, runs = read_session(run_dir, str(session_dir(Path("."), op, tp, "point")))
+    pts = {cid: slim(p) for cid, p in runs.items()}
+    refs = {parse_case_id(c).variant_id: pts[c] for c in pts
+            if parse_case_id(c).variant.kind in ("none", "nocomm") or "+" not in parse_case_id(c).variant_id}
+    contenders = point_contenders(members)
+    overlapped = {c: pts[c] for c in contenders if parse_case_id(c).variant.kind not in ("none", "nocomm")}
     best, comparisons = pick_best(list(overlapped.values()), floor)
     if best is not None and point_median(best) == float("inf"):
         best = None
     ok = [p for p in overlapped.values() if point_median(p) != float("inf")]
     fastest = min(ok, key=point_median) if ok else None
-    verdict, reason = _verdict(run_dir, best, op, tp)
-    return {"op": op, "tp": tp, "none": refs["none"], "nocomm": refs["nocomm"], "best": best,
-            "fastest_overlapped": fastest,
-            "tuned_case": tuned.id, "references": refs, "candidates": overlapped,
-            "comparisons": comparisons, "verdict": verdict, "verdict_reason": reason,
+    verdict, reason = None, "not analysed yet"
+    host_bound = sorted(c for c, p in pts.items() if (p.get("host") or {}).get("host_bound"))
+    host_behind = sorted(c for c, p in pts.items() if p["status"] == "ok" and
+                         (p.get("host") or {}).get("host_ahead") is False)
+    return {"op": op, "tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
+            "none": refs.get("none"), "nocomm": refs.get("nocomm"), "best": best,
+            "fastest_overlapped": fastest, "tuned_cases": [c.id for c in tuned], "references": refs,
+            "candidates": overlapped, "comparisons": comparisons, "verdict": verdict, "verdict_reason": reason,
+            "bound_faults": bound_faults(pts, floor), "host_bound": host_bound, "host_behind": host_behind,
+            "canary": sess.get("canary"),
             "searches": {r["dim"]: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
                                     "measured": r["measured"]} for r in results}}
 
@@ -130,6 +169,11 @@ def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
                                 tp_evidence=final.get("evidence", []), comparisons=comparisons,
                                 searches={f"tp{tp}/{d}": v.get("path") or [] for tp, p in points.items()
                                           for d, v in p["searches"].items()}, floor=floor)
+    rec["session"] = at.get("session")
+    rec["rounds"] = at.get("rounds")
+    rec["vs_none"] = (compare_points(winner, at["none"], floor=floor, tie="b").to_dict()
+                      if at.get("none") and winner is not at["none"] else None)
+    rec["ties"] = tied_with(winner, [at["none"], *at["candidates"].values()], floor)
     rec["points"] = {str(tp): {"none": p["none"], "nocomm": p["nocomm"], "best": p["best"],
                                "verdict": p["verdict"], "verdict_reason": p["verdict_reason"],
                                "fastest": _best_at(p, floor)[0]}
@@ -137,8 +181,30 @@ def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
     return rec
 
 
+def tied_with(winner: dict, points: list[dict | None], floor: float) -> list[dict]:
+    """The settings the winner does not beat beyond the noise (its interval against each), so a report
+    can say which choices are ties: another run may pick any of them."""
+    out = []
+    for p in points:
+        if not p or p is winner or p["case"] == winner["case"] or point_median(p) == float("inf"):
+            continue
+        cmp = compare_points(p, winner, floor=floor, tie="b")
+        if cmp.outcome == 0:
+            out.append({"case": p["case"], **((cmp.ratio.to_dict()) if cmp.ratio else {}),
+                        "resolved": cmp.resolved})
+    return out
+
+
 def _points(run_dir: Path, op: str, tps) -> dict[int, dict]:
-    return {tp: _read(run_dir / "search" / op / f"tp{tp}" / "point.json") for tp in tps}
+    return {tp: with_verdict(run_dir, _read(run_dir / "search" / op / f"tp{tp}" / "point.json")) for tp in tps}
+
+
+def with_verdict(run_dir: Path, point: dict) -> dict:
+    """The point with the trace verdict of its best setting (the point session is analysed after the
+    GPU job that measured it, so point.json is written without it)."""
+    if point.get("verdict") is None:
+        point["verdict"], point["verdict_reason"] = _verdict(run_dir, point.get("best"), point["op"], point["tp"])
+    return point
 
 
 def _best_at(point: dict, floor: float) -> tuple[dict, dict | None, list]:
@@ -159,10 +225,14 @@ def _setting(case) -> dict:
 
 
 def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor: float) -> dict | None:
-    """A point whose time is the sum over ops (for the model-level TP rule)."""
+    """A point whose time is the sum over ops (for the model-level TP rule). Its rounds are sums of the
+    ops' rounds, round k of each op's point session (the rounds in which that op's none, bound and
+    fastest setting were all measured), so the sums of two references stay paired round by round and
+    the interval of their ratio carries every op's round-to-round noise."""
     from .search.points import make_point
+    from .search.rounds import point_rounds
 
-    total = 0.0
+    chosen, total = [], 0.0
     for pts in points_by_op.values():
         p = pts[tp]
         q = _best_at(p, floor)[0] if which == "fastest" else p.get(which)
@@ -170,7 +240,16 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
         if t == float("inf"):
             return None
         total += t
-    return make_point(f"all-tp{tp}-{which}", [total])
+        refs = [_best_at(p, floor)[0], p.get("none"), p.get("nocomm")]
+        common = sorted(set.intersection(*(set(point_rounds(r)) for r in refs if r))) if all(refs) else []
+        chosen.append((q, common))
+    point = make_point(f"all-tp{tp}-{which}", [total])
+    n = min((len(c) for _, c in chosen), default=0)
+    if n >= 2:
+        sums = [sum(point_rounds(q)[c[k]] for q, c in chosen) for k in range(n)]
+        point["timing"]["total_ms"].update({"rounds": sums, "round_ids": list(range(n)), "median": total})
+        point["session"] = f"sum-tp{tp}"
+    return point
 
 
 def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int, list[dict]]:
@@ -202,6 +281,14 @@ def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float) -> tuple
             continue
         best = _best_at(pts[tp], floor)[0]
         case = parse_case_id(best["case"])
+        if case.variant.kind != "ub":
+            # Megatron overlaps every GEMM of the layer once tp_comm_overlap is on: an op whose fastest
+            # setting is no overlap still needs a userbuffers entry, its fastest measured one.
+            ub_best = pick_best(list(pts[tp]["candidates"].values()), floor)[0]
+            if ub_best is not None and point_median(ub_best) != float("inf"):
+                notes.append(f"{op}: fastest at TP={tp} is {best['case']}; Megatron overlaps every GEMM once "
+                             f"overlap is on, so its fastest userbuffers setting is written: {ub_best['case']}")
+                best, case = ub_best, parse_case_id(ub_best["case"])
         if case.variant.kind == "ub":
             per_op[op] = ubcfg.case_ub_cfgs(case)
             notes.append(f"{op}: {best['case']} ({point_median(best):.3f} ms fwd+bwd)")
@@ -224,7 +311,8 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
     meta = {"model": m.name, "workload": {"seq_length": w.seq_length, "micro_batch_size": w.micro_batch_size,
                                           "dtype": w.dtype},
             "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_evidence": tp_evidence,
-            "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"]}
+            "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
+            "measurement": measurement_summary(run_dir, points_by_op, floor)}
     emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
 
     all_tps = sorted({t for pts in points_by_op.values() for t in pts})
@@ -253,3 +341,40 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
         shape_map, chunk_notes = {"customized_cc": {}}, chunk_notes + [f"not expressible: {exc}"]
     emit.write_chunked_cfg(run_dir / "chunked_cfg.yaml", shape_map, chunk_notes)
     return records
+
+
+def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict:
+    """How far the run's measurements can be trusted: the drift canary over the run (one reference
+    re-measured at every session's start), the noise of rounds within sessions, bound faults, ops
+    whose host launch time reaches their GPU time, and batches where the host did not stay ahead."""
+    from .search.rounds import drift
+
+    canaries = []
+    for sj in sorted(Path(run_dir).glob("sessions/**/session.json")):
+        c = json.loads(sj.read_text()).get("canary")
+        if c and c.get("ms"):
+            canaries.append(c)
+    canaries.sort(key=lambda c: c["t"])
+    by_case: dict[str, list] = {}
+    for c in canaries:
+        by_case.setdefault(c["case"], []).append(c["ms"])
+    drifts = {k: drift(v) for k, v in by_case.items()}
+    worst = max((d for d in drifts.values() if d is not None), default=None)
+    faults, host_bound, behind = [], set(), set()
+    for op, pts in points_by_op.items():
+        for tp, p in pts.items():
+            faults += p.get("bound_faults") or []
+            host_bound.update(p.get("host_bound") or [])
+            behind.update(p.get("host_behind") or [])
+    noisy = worst is not None and worst > floor
+    warning = None
+    if noisy:
+        warning = (f"machine noise: the drift canary moved {worst:.1%} over the run, more than the "
+                   f"{floor:.0%} margin. Decisions inside one session compare rounds side by side and "
+                   f"are unaffected; comparisons across sessions (TP sizes) are less certain than their "
+                   f"intervals say.")
+    if faults:
+        warning = (warning + " " if warning else "") + f"{len(faults)} bound fault(s): see below."
+    return {"canary": canaries, "canary_drift": drifts, "worst_drift": worst, "noisy": noisy,
+            "warning": warning, "bound_faults": faults, "host_bound": sorted(host_bound),
+            "host_behind": sorted(behind)}

@@ -264,24 +264,155 @@ class Launcher:
         return {"status": "ok", "reply": reply, "gpus": gpus, "server_started": started,
                 "connect_s": t_ready - t0, "request_s": t_done - t_ready}
 
-    def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
-        """Measure one case; always writes and returns its run.json."""
+    def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
+        return {"backend": self.settings["backend"], "timing": op_settings["timing"],
+                "check": check and op_settings.get("check", False), "profile": profile,
+                "fault": faults.get(case.id), "te": op_settings.get("te", {})}
+
+    def _measure_once(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str],
+                      attempts: list) -> dict:
+        """One round of one case on the held GPUs; transient failures are retried."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in list(out_dir.glob("error.rank*")) + list(out_dir.glob("trace.rank*.json*")):
-            stale.unlink()
-        settings = {"backend": self.settings["backend"], "timing": op_settings["timing"],
-                    "check": op_settings.get("check", False), "fault": op_settings.get("fault"),
-                    "te": op_settings.get("te", {})}
-        attempts = []
-        t0 = time.monotonic()
-        for attempt in range(1 + self.settings["launcher"]["retries"]):
-            res = self._attempt(case, mc, out_dir, settings)
+        for _ in range(1 + self.settings["launcher"]["retries"]):
+            for stale in out_dir.glob("error.rank*"):
+                stale.unlink()
+            t0 = time.monotonic()
+            res = self._attempt_on(case, mc, out_dir, settings, gpus)
+            res["held_s"] = time.monotonic() - t0
             attempts.append({k: v for k, v in res.items() if k != "reply"})
             if res["status"] == "ok" or not res["error"]["transient"]:
-                break
-        run = assemble_run(case, mc, self.settings, settings, res, attempts, time.monotonic() - t0)
-        write_run_json(out_dir, run)
-        return run
+                return res
+        return res
+
+    def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
+                session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
+                margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None) -> dict:
+        """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
+        adding rounds until every contender clears the margin against the leader or the round budget is
+        spent. Writes <session_dir>/<variant>/run.json per member and session.json; returns the latter."""
+        from .search.rounds import rotation, session_state, should_stop
+
+        faults = faults or {}
+        member_dirs = member_dirs or {}
+        dir_of = {c.id: Path(member_dirs.get(c.id, session_dir / c.variant_id)) for c in members}
+        timing = op_settings["timing"]
+        min_r, max_r = int(timing.get("min_rounds", 3)), int(timing.get("max_rounds", 8))
+        tps = {c.tp for c in members} | ({canary.tp} if canary else set())
+        if len(tps) != 1:
+            raise ValueError(f"session {session_id}: members need one TP, got {sorted(tps)}")
+        tp = tps.pop()
+        ids = [c.id for c in members]
+        contenders = [c for c in (contenders if contenders is not None else ids) if c in ids]
+        session_dir.mkdir(parents=True, exist_ok=True)
+        rounds: dict[str, list] = {c.id: [] for c in members}
+        attempts: dict[str, list] = {c.id: [] for c in members}
+        failed: dict[str, dict] = {}
+        order_log, canary_rec, stop_reason = [], None, ""
+        active = list(members)
+        t_start, wall0 = time.time(), time.monotonic()
+        with self.pool.acquire(tp, prefer=self._warm_sets(tp)) as gpus:
+            t_locked = time.monotonic()
+            if canary is not None:
+                canary_rec = self._canary(canary, mc, session_dir, op_settings, faults, gpus,
+                                          attempts.setdefault("_canary", []))
+            r = 0
+            while active:
+                order = rotation(active, r)
+                order_log.append([c.id for c in order])
+                for case in order:
+                    first = not rounds[case.id]
+                    settings = self._settings_for(case, op_settings, faults, profile=first, check=first)
+                    res = self._measure_once(case, mc, dir_of[case.id], settings, gpus, attempts[case.id])
+                    if res["status"] == "ok":
+                        rounds[case.id].append((r, res))
+                    else:
+                        failed[case.id] = res
+                r += 1
+                active = [c for c in active if c.id not in failed]
+                points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
+                state = session_state(points, contenders, margin)
+                stop, stop_reason = should_stop(state, r, min_r, max_r)
+                if stop:
+                    break
+                if r >= min_r:  # resolved losers and non-contenders have said what they had to say
+                    keep = set(state.unresolved) | {state.leader}
+                    active = [c for c in active if c.id in keep]
+            held = time.monotonic() - t_locked
+        if not stop_reason:
+            stop_reason = "no member left to measure"
+        run_paths = {}
+        canary_attempts = attempts.pop("_canary", [])
+        for case in members:
+            run = assemble_member_run(case, mc, self.settings, self._settings_for(case, op_settings, faults,
+                                                                                  True, True),
+                                      rounds[case.id], failed.get(case.id), attempts[case.id], session_id)
+            write_run_json(dir_of[case.id], run)
+            run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
+        points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
+        state = session_state(points, contenders, margin)
+        rec = {"session": session_id, "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
+               "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
+               "margin": margin, "stop": stop_reason, "leader": state.leader,
+               "ratios_to_leader": {c: (x.to_dict() if x else None) for c, x in state.ratios.items()},
+               "failed": sorted(failed), "canary": canary_rec, "started": t_start,
+               "wall_s": time.monotonic() - wall0, "held_s": held,
+               "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
+                                                        [*attempts.values(), canary_attempts] for a in a_list)}
+        tmp = session_dir / "session.json.tmp"
+        tmp.write_text(json.dumps(rec, indent=1))
+        os.replace(tmp, session_dir / "session.json")
+        return rec
+
+    def _canary(self, case: Case, mc: ModelConfig, session_dir: Path, op_settings: dict, faults: dict,
+                gpus: list[str], attempts: list) -> dict:
+        """One batch of the drift canary (a fixed reference re-measured at every session's start)."""
+        settings = self._settings_for(case, op_settings, faults, profile=False, check=False)
+        t = time.time()
+        res = self._measure_once(case, mc, session_dir / "canary", settings, gpus, attempts)
+        if res["status"] != "ok":
+            return {"case": case.id, "t": t, "ms": None, "error": res["error"]["message"][:300]}
+        p = _round_point(case.id, None, [(0, res)])
+        return {"case": case.id, "t": t, "ms": p["timing"]["total_ms"]["median"],
+                "host_ahead": p["host"]["host_ahead"]}
+
+    def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
+        """Measure one case alone (rounds as configured, nothing beside it); writes and returns run.json."""
+        faults = {case.id: op_settings.get("fault")} if op_settings.get("fault") else {}
+        self.session([case], mc, out_dir, op_settings, session_id=f"single:{case.id}", faults=faults,
+                     member_dirs={case.id: out_dir})
+        return read_run_json(out_dir)
+
+
+def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
+    """A point (search.points layout) from a member's rounds [(round id, ok attempt result)]."""
+    import statistics
+
+    per_round, all_it, host, ahead, batches = [], {"fwd_ms": [], "bwd_ms": [], "total_ms": []}, [], [], []
+    for rid, res in rounds:
+        ranks = sorted(res["reply"]["ranks"], key=lambda x: x["rank"])
+        slow = slowest_rank([x["samples"] for x in ranks])
+        for k in all_it:
+            all_it[k].extend(slow[k])
+        per_round.append((rid, {k: statistics.median(v) for k, v in slow.items()}))
+        bs = [x.get("batch") or {} for x in ranks]
+        host.append(max(b.get("host_ms", 0.0) for b in bs))
+        ahead.append(all(b.get("host_ahead", True) for b in bs))
+        batches.append({"round": rid, "host_ms": host[-1], "host_ahead": ahead[-1], "timing": bs[0].get("timing"),
+                        "attempts": max(len(b.get("attempts") or []) for b in bs),
+                        "slept_ms": max((b.get("attempts") or [{}])[-1].get("slept_ms", 0.0) for b in bs),
+                        "enqueue_ms": max((b.get("attempts") or [{}])[-1].get("enqueue_ms", 0.0) for b in bs)})
+    timing = {}
+    for k, v in all_it.items():
+        st = stats(v)
+        vals = [pr[k] for _, pr in per_round]
+        st.update({"iter_median": st["median"], "median": statistics.median(vals),
+                   "rounds": [round(x, 6) for x in vals], "round_ids": [rid for rid, _ in per_round]})
+        timing[k] = st
+    gpu = timing["total_ms"]["median"]
+    host_ms = statistics.median(host)
+    return {"case": case_id, "status": "ok", "session": session_id, "timing": timing,
+            "host": {"host_ms": host_ms, "gpu_ms": gpu, "host_bound": host_ms >= gpu,
+                     "host_ahead": all(ahead), "batches": batches}}
 
 
 def _failure(kind: str, transient: bool, message: str, gpus, started, tracebacks=None) -> dict:
@@ -290,30 +421,43 @@ def _failure(kind: str, transient: bool, message: str, gpus, started, tracebacks
                       "tracebacks": tracebacks or []}}
 
 
-def assemble_run(case: Case, mc: ModelConfig, run_settings: dict, settings: dict, res: dict,
-                 attempts: list, wall_s: float) -> dict:
+def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, settings: dict, rounds: list,
+                        failure: dict | None, attempts: list, session_id: str) -> dict:
+    """A member's run.json: its rounds (or why it failed), environment and launch bookkeeping."""
+    status = "ok" if rounds else "failed"
+    err = None
+    if failure is not None:
+        err = failure["error"]
+        if rounds:  # failed in a later round: its earlier rounds stand, the failure is recorded
+            err = {**err, "after_rounds": len(rounds)}
+    elif not rounds:
+        err = {"kind": "exception", "transient": False, "message": "never measured", "tracebacks": []}
     run = {
         "case": case.id, "op": case.op, "tp": case.tp, "variant": case.variant_id,
-        "backend": run_settings["backend"], "device": run_settings["device"],
-        "status": res["status"], "error": res.get("error"),
-        "model": mc.to_dict(), "settings": {k: v for k, v in settings.items() if k != "fault"},
-        "attempts": attempts, "wall_s": wall_s, "tptune_version": __version__,
+        "backend": run_settings["backend"], "device": run_settings["device"], "session": session_id,
+        "status": status, "error": err,
+        "model": mc.to_dict(), "settings": {k: v for k, v in settings.items() if k not in ("fault", "profile")},
+        "attempts": attempts, "wall_s": sum(a.get("held_s", 0.0) for a in attempts),
+        "tptune_version": __version__,
     }
-    if res["status"] == "ok":
-        reply = res["reply"]
-        ranks = sorted(reply["ranks"], key=lambda r: r["rank"])
-        slow = slowest_rank([r["samples"] for r in ranks])
-        run["timing"] = {k: stats(v) for k, v in slow.items()}
+    if rounds:
+        point = _round_point(case.id, session_id, rounds)
+        run["timing"] = point["timing"]
+        run["host"] = point["host"]
+        first = rounds[0][1]
+        ranks = sorted(first["reply"]["ranks"], key=lambda r: r["rank"])
         run["timing"]["per_rank_median_total_ms"] = [stats(r["samples"]["total_ms"])["median"] for r in ranks]
         run["traces"] = [r["trace"] for r in ranks if r["trace"]]
         run["correctness"] = ranks[0].get("correctness")
-        run["environment"] = reply["environment"]
+        run["environment"] = first["reply"]["environment"]
+        launches = [res for _, res in rounds]
         run["launch"] = {
-            "gpus": res["gpus"], "server_started": res["server_started"], "startup": reply.get("startup"),
-            "connect_s": res["connect_s"], "request_s": res["request_s"],
-            "init_s": max(r["init_s"] for r in ranks), "measure_s": max(r["measure_s"] for r in ranks),
-            "case_s": max(r["total_s"] for r in ranks), "served_before": reply["served_before"],
-            "held_s": sum(a.get("held_s", 0.0) for a in attempts),
+            "gpus": first["gpus"], "server_started": any(a.get("server_started") for a in attempts),
+            "startup": next((res["reply"].get("startup") for res in launches if res["reply"].get("startup")), None),
+            "init_s": max(r["init_s"] for res in launches for r in res["reply"]["ranks"]),
+            "measure_s": sum(max(r["measure_s"] for r in res["reply"]["ranks"]) for res in launches),
+            "case_s": sum(max(r["total_s"] for r in res["reply"]["ranks"]) for res in launches),
+            "rounds": len(rounds), "held_s": run["wall_s"],
         }
     return run
 

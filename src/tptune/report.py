@@ -26,11 +26,25 @@ def _pct(x):
     return "–" if x is None else f"{100 * x:.0f}%"
 
 
+def _ratio(r: dict | None) -> str:
+    """"0.962 [0.951, 0.973], 4 rounds" from a comparison's ratio record."""
+    if not r or r.get("ratio") is None:
+        return "–"
+    lo, hi = r.get("lo"), r.get("hi")
+    iv = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+    return f"{r['ratio']:.3f}{iv}, {r.get('rounds')} rounds"
+
+
+def _point_rows(meas: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the TP-point sessions: every reference and finalist measured side by side."""
+    return meas.filter(pl.col("session").str.ends_with("/point"))
+
+
 def _timeline(run_dir: Path, case_id: str) -> str | None:
     from .trace import plot_timeline
 
     case = parse_case_id(case_id)
-    trace = run_dir / case.dir / "trace.rank0.json.gz"
+    trace = run_dir / "sessions" / case.op / f"tp{case.tp}" / "point" / case.variant_id / "trace.rank0.json.gz"
     if not trace.exists():
         return None
     png = run_dir / "figures" / f"timeline-{case_id}.png"
@@ -43,7 +57,7 @@ def _timeline(run_dir: Path, case_id: str) -> str | None:
 
 
 def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
-    by_case = {r["case"]: r for r in meas.iter_rows(named=True)}
+    by_case = {r["case"]: r for r in _point_rows(meas).iter_rows(named=True)}
     rows = []
     for op, rec in decisions["ops"].items():
         winner = (rec.get("winner") or {}).get("case")
@@ -68,6 +82,10 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
             "hidden": hidden, "overlap_pct": (overlap / comm) if comm else None,
             "exposed_ms": sum(w.get(f"{p}_exposed_comm_ms") or 0 for p in ("fwd", "bwd")) if w else None,
             "runner_up": (rec.get("runner_up") or {}).get("case"), "margin": rec.get("margin"),
+            "vs_runner_up": _ratio((rec.get("vs_runner_up") or {}).get("ratio")),
+            "vs_none": _ratio((rec.get("vs_none") or {}).get("ratio")),
+            "ties": rec.get("ties") or [], "rounds": rec.get("rounds"), "host_ms": w.get("host_ms"),
+            "host_bound": w.get("host_bound"),
             "win_by": rec.get("win_by"), "verdict": w.get("verdict"), "verdict_reason": w.get("verdict_reason"),
             "tp_evidence": rec.get("tp_evidence", []), "searches": rec.get("searches", {}),
         })
@@ -77,7 +95,7 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
 def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     """Per (op, TP): none / TE default / presets / tuned / bound medians."""
     rows = []
-    for (op, tp), grp in meas.group_by("op", "tp", maintain_order=True):
+    for (op, tp), grp in _point_rows(meas).group_by("op", "tp", maintain_order=True):
         med = {r["variant"]: r["median_ms"] for r in grp.iter_rows(named=True)}
         rec = decisions["ops"].get(op, {})
         pts = rec.get("points", {}).get(str(tp), {})
@@ -94,6 +112,7 @@ def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
 def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     """Per TP measured for every op: the sum over ops of each reference and of the fastest setting."""
     ops = list(decisions["ops"])
+    meas = _point_rows(meas)
     by = {(r["op"], r["tp"], r["variant"]): r["median_ms"] for r in meas.iter_rows(named=True)}
     rows = []
     for tp in sorted({t for t in meas["tp"].to_list()}):
@@ -118,29 +137,35 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     ops = _op_rows(decisions, meas)
     for row in ops:
         row["timeline"] = _timeline(run_dir, row["case"]) if row["case"] else None
-    failures = meas.filter(pl.col("status") != "ok").select("case", "error_kind", "error").to_dicts()
+    failures = meas.filter(pl.col("status") != "ok").select("session", "case", "error_kind", "error").to_dicts()
     runs = meas.filter(pl.col("wall_s").is_not_null())
     gpu_s = float((runs["wall_s"] * runs["tp"]).sum()) if runs.height else 0.0
     started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
     env = {}
     for r in meas.iter_rows(named=True):
-        p = run_dir / parse_case_id(r["case"]).dir / "run.json"
+        p = run_dir / "sessions" / r["session"] / r["variant"] / "run.json"
         if p.exists():
             env = json.loads(p.read_text()).get("environment") or {}
             if env:
                 break
+    sessions = [json.loads(p.read_text()) for p in sorted(run_dir.glob("sessions/**/session.json"))]
+    session_rows = [{"session": x["session"], "members": len(x["members"]), "rounds": x["rounds"],
+                     "stop": x["stop"], "wall_s": x["wall_s"], "gpu_s": x.get("gpu_s"),
+                     "failed": x.get("failed") or []} for x in sessions]
+    gpu_s = sum(x.get("gpu_s") or 0.0 for x in sessions) or gpu_s
     yaml_text = (run_dir / "tp_comm_overlap_cfg.yaml").read_text()
     chunk_text = (run_dir / "chunked_cfg.yaml").read_text()
     env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
-    env_t.filters.update(fmt=_fmt, pct=_pct)
+    env_t.filters.update(fmt=_fmt, pct=_pct, ratio=_ratio)
     text = env_t.get_template("report.md.j2").render(
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
         comparison=_comparison(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
         tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=yaml_text,
-        chunk_text=chunk_text, run_dir=run_dir,
+        chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows,
+        measurement=decisions["meta"].get("measurement") or {},
     )
     out.write_text(text)
     return out

@@ -77,75 +77,122 @@ def search_mode(s: Settings, op: str) -> str:
     return s.op_settings(op)["search"].get("mode", "bisect")
 
 
-def next_values(s: Settings, op: str, dim: Dimension, measured: dict) -> list:
+def next_values(s: Settings, op: str, dim: Dimension, measured: dict, pairs: dict | None = None) -> list:
     if search_mode(s, op) in ("grid", "joint"):
-        return [v for v in dim.candidates if v not in measured]
+        return [v for v in dim.candidates if v not in measured] if len(dim.candidates) > 1 else []
     floor = s.config["decision"]["noise_floor"]
-    return bisect.next_points(dim.candidates, measured, floor=floor)
+    return bisect.next_points(dim.candidates, measured, floor=floor, pairs=pairs if pairs is not None else {})
 
 
 def read_point(run_json: str | Path) -> dict:
     return json.loads(Path(run_json).read_text())
 
 
+def session_dir(run_dir: Path, op: str, tp: int, name: str) -> Path:
+    """Where a session's members and session.json live: sessions/<op>/tp<N>/<dim>/step<k> or .../point."""
+    return Path(run_dir) / "sessions" / op / f"tp{tp}" / name
+
+
+def read_session(run_dir: Path, rel: str) -> tuple[dict, dict[str, dict]]:
+    """(session.json, {case id: its run.json}) of a recorded session."""
+    d = Path(run_dir) / rel
+    sess = json.loads((d / "session.json").read_text())
+    return sess, {cid: read_point(d / p) for cid, p in sess["runs"].items()}
+
+
+def step_values(s: Settings, op: str, tp: int, dim_name: str, prev: dict | None) -> list:
+    """Values step k measures side by side: what step k-1 asked for (step 0: the first points)."""
+    dim = dimensions(s, op, tp)[dim_name]
+    return list(prev["next"]) if prev else next_values(s, op, dim, {})
+
+
+def step_cases(s: Settings, op: str, tp: int, dim_name: str, prev: dict | None) -> list[Case]:
+    dim = dimensions(s, op, tp)[dim_name]
+    return [dim.case_of(v) for v in step_values(s, op, tp, dim_name, prev)]
+
+
+def step_session_name(dim_name: str, step: int) -> str:
+    return f"{dim_name}/step{step}"
+
+
 def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: dict | None,
                 run_dir: Path) -> dict:
-    """One checkpoint step: gather the points measured so far, decide what to measure next."""
+    """One checkpoint step: the session of this step's points (if it measured any) joins the earlier
+    steps' sessions; the search decides what to measure next, comparing only points of one session."""
     dim = dimensions(s, op, tp)[dim_name]
-    asked = list(prev["asked"]) if prev else []
-    if prev:
-        asked += prev["next"]
-    measured = {}
-    for v in asked:
-        measured[v] = read_point(run_dir / dim.case_of(v).dir / "run.json")
-    nxt = next_values(s, op, dim, measured)
-    rec = {"op": op, "tp": tp, "dim": dim_name, "step": step, "mode": search_mode(s, op),
-           "candidates": list(dim.candidates), "asked": asked, "next": nxt,
-           "next_cases": [dim.case_of(v).id for v in nxt],
-           "measured": {str(v): {"case": p["case"], "status": p["status"],
+    sessions = list(prev["sessions"]) if prev else []
+    values = step_values(s, op, tp, dim_name, prev)
+    if values:
+        rel = str(session_dir(Path("."), op, tp, step_session_name(dim_name, step)))
+        sessions.append({"step": step, "values": values, "session": rel})
+    floor = s.config["decision"]["noise_floor"]
+    measured, pairs = {}, {}
+    for entry in sessions:
+        _, runs = read_session(run_dir, entry["session"])
+        pts = {v: runs[dim.case_of(v).id] for v in entry["values"]}
+        measured.update(pts)
+        if len(entry["values"]) == 2:
+            pairs[tuple(entry["values"])] = (pts[entry["values"][0]], pts[entry["values"][1]])
+    mode = search_mode(s, op)
+    nxt = next_values(s, op, dim, measured, pairs) if mode == "bisect" else \
+        [v for v in dim.candidates if v not in measured and len(dim.candidates) > 1]
+    rec = {"op": op, "tp": tp, "dim": dim_name, "step": step, "mode": mode,
+           "candidates": list(dim.candidates), "asked": [v for e in sessions for v in e["values"]],
+           "sessions": sessions, "next": nxt, "next_cases": [dim.case_of(v).id for v in nxt],
+           "measured": {str(v): {"case": p["case"], "status": p["status"], "session": p.get("session"),
                                  "median_ms": (p.get("timing") or {}).get("total_ms", {}).get("median")}
                         for v, p in measured.items()},
            "done": not nxt}
     if not nxt:
-        if rec["mode"] in ("grid", "joint"):
-            from .search.points import point_median
-            best = min(dim.candidates, key=lambda v: (point_median(measured[v]), dim.candidates.index(v)))
-            path = [{"step": 1, "compared": list(dim.candidates), "kept": [best]}]
+        if len(dim.candidates) == 1:
+            best, path = dim.candidates[0], []
+        elif mode in ("grid", "joint"):
+            from .decide import pick_best
+            champion, comparisons = pick_best([measured[v] for v in dim.candidates], floor)
+            best = next(v for v in dim.candidates if measured[v] is champion)
+            path = [{"step": 1, "compared": list(dim.candidates), "kept": [best], "comparisons": comparisons}]
         else:
-            best, path = bisect.result(dim.candidates, measured, floor=s.config["decision"]["noise_floor"])
+            best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs)
         rec.update({"best": best, "best_case": dim.case_of(best).id, "path": path})
     return rec
 
 
-def step_cases(s: Settings, op: str, tp: int, dim_name: str, prev: dict | None) -> list[Case]:
-    """Cases step ``k`` needs measured: what step k-1 asked for (step 0: the first points)."""
-    dim = dimensions(s, op, tp)[dim_name]
-    values = prev["next"] if prev else next_values(s, op, dim, {})
-    return [dim.case_of(v) for v in values]
+def canary_case(s: Settings, tp: int) -> Case:
+    """The drift canary: TE defaults (te) or no overlap (torch) of the op with the most GEMM work."""
+    from .ops import weight_shape
+
+    op = max(s.ops, key=lambda o: (lambda k, n: k * n)(*weight_shape(o, s.model)))
+    return make_case(op, tp, "ub.te" if s.backend == "te" else "none")
 
 
-def tuned_case(s: Settings, op: str, tp: int, results: dict[str, dict], points: dict[str, dict]) -> Case:
-    """The case combining each dimension's winner: chunked.n<best> (torch), or for TE per GEMM the
-    fastest of its methods' winners, all overrides on top of TE's defaults."""
-    from .search.points import point_median
+def point_members(s: Settings, op: str, tp: int, results: list[dict]) -> tuple[list[Case], list[Case]]:
+    """What the TP point of (op, TP) measures side by side: the references, each search's winner and
+    the tuned combination of the winners (the last returned apart too)."""
+    winners = [parse_case_id(r["best_case"]) for r in results]
+    tuned = tuned_cases(s, op, tp, {r["dim"]: r for r in results})
+    cases = reference_cases(s, op, tp) + winners + tuned
+    return list({c.id: c for c in cases}.values()), tuned
+
+
+def point_contenders(members: list[Case]) -> list[str]:
+    """Settings a point picks from: all but the no-communication bound."""
+    return [c.id for c in members if c.variant.kind != "nocomm"]
+
+
+def tuned_cases(s: Settings, op: str, tp: int, results: dict[str, dict]) -> list[Case]:
+    """The combinations of the dimensions' winners: chunked.n<best> (torch); for TE, every GEMM's
+    winning override on top of TE's defaults, one combination per choice of method where a GEMM has
+    several (e.g. qkv dgrad ring_exchange or bulk): the point session measures them side by side."""
+    import itertools
 
     if s.backend == "torch":
-        return make_case(op, tp, results["chunks"]["best_case"].split(f"{op}-tp{tp}-", 1)[1])
-    per_gemm: dict[str, tuple[float, Case]] = {}
+        return [make_case(op, tp, results["chunks"]["best_case"].split(f"{op}-tp{tp}-", 1)[1])]
+    per_gemm: dict[str, list[Case]] = {}
     for name, res in results.items():
         gemm = name.split(".")[0]
-        case = make_case(op, tp, res["best_case"].split(f"{op}-tp{tp}-", 1)[1])
-        t = point_median(points[case.id])
-        if gemm not in per_gemm or t < per_gemm[gemm][0]:
-            per_gemm[gemm] = (t, case)
-    overrides = tuple(o for _, c in per_gemm.values() for o in c.variant.overrides)
-    return make_case(op, tp, Variant("ub", preset="te", overrides=overrides))
-
-
-def point_cases(s: Settings, op: str, tp: int, results: list[dict], run_dir: Path) -> tuple[dict[str, dict], Case]:
-    """What the TP point of (op, TP) compares besides the references: each search's winner (with its
-    run.json) and the tuned combination of the winners."""
-    results_by_dim = {r["dim"]: r for r in results}
-    winners = {r["best_case"]: read_point(run_dir / parse_case_id(r["best_case"]).dir / "run.json")
-               for r in results}
-    return winners, tuned_case(s, op, tp, results_by_dim, winners)
+        per_gemm.setdefault(gemm, []).append(make_case(op, tp, res["best_case"].split(f"{op}-tp{tp}-", 1)[1]))
+    out = []
+    for combo in itertools.product(*per_gemm.values()):
+        overrides = tuple(o for c in combo for o in c.variant.overrides)
+        out.append(make_case(op, tp, Variant("ub", preset="te", overrides=overrides)))
+    return out

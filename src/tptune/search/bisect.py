@@ -9,6 +9,11 @@ steps of at most two new points each. A failed point is infinitely slow.
 
 The state is nothing but the measured points: every call replays the steps from the start, so the
 search resumes from any subset of measured points (extra points are ignored).
+
+Side by side (``pairs``): each step's two points are measured together in one session, in
+alternating rounds, and compared only with each other. ``pairs`` maps (left, right) to the two
+points of the session that compared them; a step whose pair has no session asks for both values,
+even when one was measured in an earlier step. A single candidate needs no measurement then.
 """
 from __future__ import annotations
 
@@ -18,24 +23,24 @@ from .noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 
 
 def next_points(candidates: Sequence[Hashable], measured: dict, *, floor: float = DEFAULT_FLOOR,
-                k: float = DEFAULT_K) -> list:
+                k: float = DEFAULT_K, pairs: dict | None = None) -> list:
     """Values to measure next (at most two, in candidate order); empty when the search is done."""
-    todo, _, _ = _replay(candidates, measured, floor, k)
+    todo, _, _ = _replay(candidates, measured, floor, k, pairs)
     return todo
 
 
 def result(candidates: Sequence[Hashable], measured: dict, *, floor: float = DEFAULT_FLOOR,
-           k: float = DEFAULT_K) -> tuple:
+           k: float = DEFAULT_K, pairs: dict | None = None) -> tuple:
     """(best value, path). ``path`` has one record per step: the interval searched, the two values
     compared (their points were first needed in that step), the comparison and the half kept.
     Raises ValueError while points are still missing."""
-    todo, best, path = _replay(candidates, measured, floor, k)
+    todo, best, path = _replay(candidates, measured, floor, k, pairs)
     if todo:
         raise ValueError(f"search not finished: measure {todo} next")
     return best, path
 
 
-def _replay(candidates, measured, floor, k):
+def _replay(candidates, measured, floor, k, pairs=None):
     cands = list(candidates)
     if not cands:
         raise ValueError("no candidates to search")
@@ -43,14 +48,20 @@ def _replay(candidates, measured, floor, k):
         raise ValueError(f"candidates must be distinct: {cands}")
     lo, hi, path = 0, len(cands) - 1, []
     if lo == hi:
-        return ([] if cands[0] in measured else [cands[0]]), cands[0], path
+        return ([] if pairs is not None or cands[0] in measured else [cands[0]]), cands[0], path
     while lo < hi:
         mid = (lo + hi) // 2
         left, right = cands[mid], cands[mid + 1]
-        missing = [v for v in (left, right) if v not in measured]
-        if missing:
-            return missing, None, path
-        cmp = compare_points(measured[left], measured[right], floor=floor, k=k, tie="a")
+        if pairs is not None:
+            if (left, right) not in pairs:
+                return [left, right], None, path
+            p_left, p_right = pairs[(left, right)]
+        else:
+            missing = [v for v in (left, right) if v not in measured]
+            if missing:
+                return missing, None, path
+            p_left, p_right = measured[left], measured[right]
+        cmp = compare_points(p_left, p_right, floor=floor, k=k, tie="a")
         interval = [cands[lo], cands[hi]]
         if cmp.winner == "b":
             lo = mid + 1

@@ -11,7 +11,7 @@ import yaml
 from .. import __version__
 from ..cases import BOOL_KNOBS
 from ..ops import TE_GEMMS, Gemm
-from .noise import DEFAULT_FLOOR, DEFAULT_K, margin
+from .noise import DEFAULT_FLOOR, DEFAULT_K, compare_points, margin
 from .points import INF, point_case, point_median
 from .ubcfg import METHOD_KNOBS, validate_ub_cfgs
 
@@ -100,6 +100,8 @@ def decisions_record(op: str, *, tp: int, config: dict | None, winner: dict | No
         "winner": _summary(winner), "runner_up": _summary(runner_up),
         "margin": margin(winner, runner_up, floor, k) if runner_up is not None else None,
         "win_by": _win_by(winner, runner_up),
+        "vs_runner_up": (compare_points(winner, runner_up, floor=floor, k=k, tie="a").to_dict()
+                         if winner is not None and runner_up is not None else None),
         "tp_evidence": tp_evidence, "comparisons": comparisons, "searches": searches,
     }
     rec["evidence_cases"] = sorted(_case_ids([winner, runner_up, tp_evidence, comparisons, searches]))

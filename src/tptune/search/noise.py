@@ -14,6 +14,12 @@ compare(a, b, margin) = -1 if a is faster: median(a) < median(b) * (1 - margin)
                         +1 if b is faster: median(b) < median(a) * (1 - margin)
                          0 otherwise (a tie: the caller picks the cheaper setting)
 Failed points are infinitely slow: they lose to any point that ran, and tie with each other.
+
+Points measured in rounds (run.json timing.total_ms.rounds, every GPU/CPU session since the
+side-by-side harness) are compared by their ratio interval instead (search.rounds): a wins when the
+interval of a/b lies entirely below 1 - floor, b when entirely above 1 + floor, and anything else
+is a tie (resolved when the interval lies within the margin, undecided otherwise). The sample
+rule above remains for points without rounds (hand-built points, sums).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 
 from ..cases import Case, parse_case_id
 from .points import INF, point_case, point_median, point_samples, point_stats
+from .rounds import Ratio, ratio_of
 from .ubcfg import METHOD_DEFAULTS
 
 DEFAULT_FLOOR = 0.02
@@ -95,6 +102,8 @@ class Comparison:
     outcome: int          # -1 a faster, +1 b faster, 0 tie
     winner: str           # "a" | "b"
     reason: str           # "faster" | "tie: cheaper" | "tie: preferred"
+    ratio: Ratio | None = None    # a/b with its interval and rounds (points measured in rounds)
+    resolved: bool = True         # False: the interval straddles the margin (undecided -> tie)
 
     @property
     def winner_case(self) -> str | None:
@@ -104,15 +113,23 @@ class Comparison:
         return {"a": {"case": self.case_a, "median_ms": _finite(self.median_a)},
                 "b": {"case": self.case_b, "median_ms": _finite(self.median_b)},
                 "margin": self.margin, "outcome": self.outcome,
-                "winner": self.winner_case, "winner_side": self.winner, "reason": self.reason}
+                "winner": self.winner_case, "winner_side": self.winner, "reason": self.reason,
+                **({"ratio": self.ratio.to_dict()} if self.ratio else {}), "resolved": self.resolved}
 
 
 def compare_points(a: dict | None, b: dict | None, *, floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K,
                    tie: str = "cheaper") -> Comparison:
     """Compare two points; on a tie the winner is the cheaper case (``tie="cheaper"``, needs case
     ids) or the side named by ``tie`` ("a" or "b", for callers that know the order of cost)."""
-    m = margin(a, b, floor, k)
-    out = compare(a, b, m)
+    ratio = ratio_of(a, b) if point_ok_both(a, b) else None
+    resolved = True
+    if ratio is not None and ratio.rounds >= 2:
+        m = floor
+        out, resolved = ratio.outcome(m)
+    else:
+        ratio = None
+        m = margin(a, b, floor, k)
+        out = compare(a, b, m)
     if out:
         winner, reason = ("a" if out < 0 else "b"), "faster"
     elif tie == "cheaper":
@@ -124,7 +141,14 @@ def compare_points(a: dict | None, b: dict | None, *, floor: float = DEFAULT_FLO
         winner, reason = tie, "tie: preferred"
     else:
         raise ValueError(f"tie must be 'cheaper', 'a' or 'b', got {tie!r}")
-    return Comparison(point_case(a), point_case(b), point_median(a), point_median(b), m, out, winner, reason)
+    if not out and not resolved:
+        reason = reason.replace("tie:", "undecided (tie):")
+    return Comparison(point_case(a), point_case(b), point_median(a), point_median(b), m, out, winner, reason,
+                      ratio, resolved)
+
+
+def point_ok_both(a: dict | None, b: dict | None) -> bool:
+    return point_median(a) != INF and point_median(b) != INF
 
 
 def _finite(x: float) -> float | None:

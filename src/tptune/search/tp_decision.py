@@ -14,14 +14,15 @@ best overlapped (best) points:
   passes iff best beats none beyond the noise margin (noise.compare) AND
              hidden_fraction >= min_hidden_fraction (default 0.25) AND
              the trace analysis, when given and trust_verdict is set, does not say "not overlapped"
-  It also passes when none does not exceed nocomm beyond the margin: no communication is exposed,
+  It also passes when none is equivalent to nocomm within the margin (for points measured in rounds:
+  their ratio interval lies inside the margin, not merely undecided): no communication is exposed,
   so TP costs nothing to hide.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .noise import DEFAULT_FLOOR, DEFAULT_K, compare, compare_points, margin
+from .noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 from .points import INF, point_case, point_median
 
 DEFAULT_START_TP = 2
@@ -63,7 +64,8 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
     if none == INF or nocomm == INF:
         return {**rec, "hidden_fraction": None, "passed": False,
                 "reason": "no-overlap or no-collective point failed: nothing to judge"}
-    if compare(at.nocomm, at.none, margin(at.nocomm, at.none, floor, k)) >= 0:
+    bound_vs_none = compare_points(at.nocomm, at.none, floor=floor, k=k, tie="b")
+    if bound_vs_none.outcome > 0 or (bound_vs_none.outcome == 0 and bound_vs_none.resolved):
         return {**rec, "hidden_fraction": None, "passed": True,
                 "reason": "no exposed communication: none is within the margin of nocomm"}
     hidden = (none - best) / exposed if best != INF else 0.0

@@ -1,4 +1,9 @@
-"""Runs one case on every rank: build, warm up, time, profile, check. Returns this rank's results."""
+"""Runs one case on every rank: build, warm up, time one batch, optionally profile and check.
+
+The client (launch.Session) asks for one case at a time and alternates the members of a session
+round after round; each request builds the case afresh (userbuffers included), so the spread
+between rounds holds the variation between builds, not only between iterations.
+"""
 from __future__ import annotations
 
 import gzip
@@ -14,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from ..cases import Case
 from ..model import ModelConfig
 from .context import RankContext
-from .timing import IterTimer
+from .timing import timed_batch
 
 
 def load_backend(name: str):
@@ -48,7 +53,10 @@ def _profile(bench, ctx: RankContext, steps: int, out_dir: Path) -> str:
 
 
 def run_case(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_dir: Path) -> dict:
-    """Measure ``case`` on this rank. Raises on failure (the server turns that into a failed case)."""
+    """Measure ``case`` on this rank once (one round). Raises on failure (the server reports it).
+
+    settings: timing {warmup, iters, profile_steps}, profile (bool: record traces this time),
+    check (bool: numerics against the no-overlap layer this time)."""
     timing = settings["timing"]
     backend = load_backend(settings["backend"])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -62,24 +70,17 @@ def run_case(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_
             bench.zero_grad()
         ctx.sync()
         dist.barrier(group=ctx.cpu_group)
-        timers = []
-        for _ in range(timing["repeats"]):
-            timer = IterTimer(ctx.is_cuda)
-            timer.run(bench, timing["iters"])
-            ctx.sync()
-            timers.append(timer)
-        samples = {"fwd_ms": [], "bwd_ms": [], "total_ms": []}
-        for timer in timers:
-            for k, v in timer.samples().items():
-                samples[k].extend(v)
+        batch = timed_batch(bench, ctx, timing["iters"], timing.get("mode", "gpu"))
         t_measure = time.perf_counter() - t0 - t_init
-        trace = _profile(bench, ctx, timing["profile_steps"], out_dir) if timing["profile_steps"] else None
+        trace = None
+        if settings.get("profile") and timing.get("profile_steps"):
+            trace = _profile(bench, ctx, timing["profile_steps"], out_dir)
         check = None
         if settings.get("check") and hasattr(bench, "correctness"):
             check = bench.correctness()
-        return {"rank": ctx.rank, "samples": samples, "trace": trace, "correctness": check,
-                "init_s": t_init, "measure_s": t_measure, "total_s": time.perf_counter() - t0,
-                "pid": os.getpid()}
+        return {"rank": ctx.rank, "samples": batch.pop("samples"), "batch": batch, "trace": trace,
+                "correctness": check, "init_s": t_init, "measure_s": t_measure,
+                "total_s": time.perf_counter() - t0, "pid": os.getpid()}
     finally:
         bench.close()
         if ctx.is_cuda:

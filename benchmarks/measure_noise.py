@@ -1,0 +1,95 @@
+"""How stable is one op's measurement from call to call, with GPU time (host ahead) and with
+per-iteration CUDA events (the old harness), side by side?
+
+For every op of the model at one TP and one setting (default: TE-default userbuffers, ub.te), it makes
+``--calls`` separate worker calls per timing mode, alternating the modes and the ops, each call
+building the layer afresh and timing one batch. It prints per op and mode the median over calls and
+the spread (max/min - 1), and the host launch time; target: spread <= 2% for every op whose GPU time
+is >= 1 ms.
+
+  python benchmarks/measure_noise.py --config config/gpu/h200x2-llama3-70b.yaml [--calls 7] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tptune.cases import make_case
+from tptune.launch import Launcher
+from tptune.settings import load_config_files, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("gpu", "events")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", action="append", default=[], help="run config(s) merged over config/config.yaml")
+    ap.add_argument("--tp", type=int, help="TP size (default: the config's smallest)")
+    ap.add_argument("--variant", default=None, help="setting to measure (default ub.te on te, none on torch)")
+    ap.add_argument("--calls", type=int, default=7)
+    ap.add_argument("--iters", type=int, default=None, help="timed iterations per call (default: the config's)")
+    ap.add_argument("--json", help="write every call's figures here")
+    a = ap.parse_args(argv)
+    cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
+    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
+    tp = a.tp or s.tp_sizes[0]
+    variant = a.variant or ("ub.te" if s.backend == "te" else "none")
+    launcher = Launcher(s.launcher_settings())
+    rows: dict[tuple[str, str], list[dict]] = {}
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tptune-noise-") as tmp:
+        for call in range(a.calls):
+            for op in s.ops:
+                for mode in (MODES if call % 2 == 0 else MODES[::-1]):
+                    case = make_case(op, tp, variant)
+                    op_settings = dict(s.op_settings(op))
+                    timing = dict(op_settings["timing"], mode=mode, min_rounds=1, max_rounds=1, profile_steps=0)
+                    if a.iters:
+                        timing["iters"] = a.iters
+                    op_settings.update(timing=timing, check=False)
+                    out = Path(tmp) / f"{op}-{mode}-{call}"
+                    run = launcher.profile(case, s.model, out, op_settings)
+                    if run["status"] != "ok":
+                        print(f"{case.id} {mode} call {call}: {run['status']} {run.get('error')}", file=sys.stderr)
+                        continue
+                    rows.setdefault((op, mode), []).append({
+                        "call": call, "ms": run["timing"]["total_ms"]["median"],
+                        "host_ms": run["host"]["host_ms"], "host_ahead": run["host"]["host_ahead"],
+                        "batches": run["host"]["batches"]})
+    print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
+          f"{s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call "
+          f"({time.monotonic() - t0:.0f} s)")
+    print(f"{'op':5} {'mode':7} {'median ms':>10} {'spread':>7} {'min':>8} {'max':>8} {'host ms':>8} host ahead")
+    summary = []
+    for op in s.ops:
+        for mode in MODES:
+            xs = [r["ms"] for r in rows.get((op, mode), [])]
+            if not xs:
+                continue
+            spread = max(xs) / min(xs) - 1
+            host = statistics.median(r["host_ms"] for r in rows[(op, mode)])
+            ahead = all(r["host_ahead"] for r in rows[(op, mode)]) if mode == "gpu" else None
+            summary.append({"op": op, "mode": mode, "median_ms": statistics.median(xs), "spread": spread,
+                            "min_ms": min(xs), "max_ms": max(xs), "host_ms": host, "host_ahead": ahead,
+                            "calls": len(xs)})
+            print(f"{op:5} {mode:7} {statistics.median(xs):10.3f} {spread:7.1%} {min(xs):8.3f} {max(xs):8.3f} "
+                  f"{host:8.3f} {'' if ahead is None else ahead}")
+    gpu = [r for r in summary if r["mode"] == "gpu" and r["median_ms"] >= 1.0]
+    worst = max((r["spread"] for r in gpu), default=None)
+    if worst is not None:
+        print(f"target spread <= 2% for ops >= 1 ms with GPU timing: worst {worst:.2%} "
+              f"({'met' if worst <= 0.02 else 'NOT met'})")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"summary": summary, "calls": {f"{k[0]}/{k[1]}": v for k, v in rows.items()},
+                                            "tp": tp, "variant": variant}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Side-by-side measurement in alternating rounds: order, ratio intervals, adaptive stopping.
+
+A *session* measures several settings (members) in one warm worker group, round after round
+(A B C, B C A, C A B, ...: every member takes every position, so a slow drift or a warm-up effect
+of a position does not favour one member). A round gives one value per member: the median over the
+round's iterations of the slowest rank's fwd+bwd GPU time.
+
+Noise model: what varies is the round, not the iteration (each round rebuilds the layer and its
+userbuffers; the machine drifts between rounds). So two members are compared through their
+per-round log ratios d_r = ln a_r - ln b_r, paired by round (both measured in round r of the same
+session). The ratio is exp(mean d) and its interval exp(mean d +- t_{0.975, n-1} * sd(d) / sqrt(n)).
+Members from different sessions are compared unpaired (Welch), which carries the drift between
+sessions into the interval; decisions never need that except across TP sizes.
+
+A comparison *clears the margin* m when its interval lies entirely on one side:
+    hi < 1 - m        a is faster              (outcome -1)
+    lo > 1 + m        a is slower              (outcome +1)
+    1-m <= lo, hi <= 1+m   equivalent: a tie    (outcome 0, resolved)
+    otherwise         undecided: more rounds, or at the budget's end a tie (outcome 0, unresolved)
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+# Two-sided 97.5% quantiles of Student's t for df = 1..30 (then the normal 1.96).
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042]
+
+
+def t975(df: float) -> float:
+    if df < 1:
+        return math.inf
+    d = int(math.floor(df))
+    return _T975[d - 1] if d <= len(_T975) else 1.96
+
+
+def rotation(members: list, r: int) -> list:
+    """The order of round ``r``: the members rotated by r."""
+    if not members:
+        return []
+    k = r % len(members)
+    return list(members[k:]) + list(members[:k])
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """a / b with its 95% interval over ``rounds`` rounds; ``paired``: rounds of one session."""
+    ratio: float
+    lo: float
+    hi: float
+    rounds: int
+    paired: bool
+
+    def outcome(self, margin: float) -> tuple[int, bool]:
+        """(-1 a faster | +1 a slower | 0 tie, resolved?) against the margin (module doc)."""
+        if self.hi < 1 - margin:
+            return -1, True
+        if self.lo > 1 + margin:
+            return 1, True
+        if self.lo >= 1 - margin and self.hi <= 1 + margin:
+            return 0, True
+        return 0, False
+
+    def to_dict(self) -> dict:
+        return {"ratio": _r(self.ratio), "lo": _r(self.lo), "hi": _r(self.hi), "rounds": self.rounds,
+                "paired": self.paired}
+
+
+def _r(x: float):
+    return None if x is None or not math.isfinite(x) else round(x, 5)
+
+
+def paired_ratio(a: dict[int, float], b: dict[int, float]) -> Ratio | None:
+    """Ratio of a to b over the rounds both have ({round id: value}); None without a common round."""
+    common = sorted(set(a) & set(b))
+    ds = [math.log(a[r]) - math.log(b[r]) for r in common if a[r] > 0 and b[r] > 0]
+    if not ds:
+        return None
+    mean = statistics.fmean(ds)
+    if len(ds) < 2:
+        return Ratio(math.exp(mean), 0.0, math.inf, len(ds), True)
+    half = t975(len(ds) - 1) * statistics.stdev(ds) / math.sqrt(len(ds))
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(ds), True)
+
+
+def unpaired_ratio(a: list[float], b: list[float]) -> Ratio | None:
+    """Ratio of two independent series (Welch on the logs); None when one is empty."""
+    la, lb = [math.log(x) for x in a if x > 0], [math.log(x) for x in b if x > 0]
+    if not la or not lb:
+        return None
+    mean = statistics.fmean(la) - statistics.fmean(lb)
+    if len(la) < 2 or len(lb) < 2:
+        return Ratio(math.exp(mean), 0.0, math.inf, min(len(la), len(lb)), False)
+    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Ratio(math.exp(mean), math.exp(mean), math.exp(mean), min(len(la), len(lb)), False)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(la) - 1) if va else 0) + (vb ** 2 / (len(lb) - 1) if vb else 0) or 1e-300)
+    half = t975(df) * se
+    return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), min(len(la), len(lb)), False)
+
+
+def point_rounds(point: dict | None, metric: str = "total_ms") -> dict[int, float]:
+    """{round id: value} of a measured point (empty for a failed point or one without rounds)."""
+    if not point or point.get("status") != "ok":
+        return {}
+    st = (point.get("timing") or {}).get(metric) or {}
+    vals, ids = st.get("rounds") or [], st.get("round_ids")
+    ids = ids if ids and len(ids) == len(vals) else list(range(len(vals)))
+    return {int(i): float(v) for i, v in zip(ids, vals)}
+
+
+def ratio_of(a: dict, b: dict, metric: str = "total_ms") -> Ratio | None:
+    """a / b: paired when both come from one session, else unpaired; None without rounds."""
+    ra, rb = point_rounds(a, metric), point_rounds(b, metric)
+    if not ra or not rb:
+        return None
+    same = a.get("session") is not None and a.get("session") == b.get("session")
+    if same and set(ra) & set(rb):
+        return paired_ratio(ra, rb)
+    return unpaired_ratio(list(ra.values()), list(rb.values()))
+
+
+def center(point: dict | None, metric: str = "total_ms") -> float:
+    """Geometric mean of a point's round values (what ratios are built from); inf if none."""
+    vals = [v for v in point_rounds(point, metric).values() if v > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else math.inf
+
+
+@dataclass
+class SessionState:
+    """Where a session stands after some rounds: the leader among the contenders and, for every
+    other contender, its ratio to the leader and whether that clears the margin."""
+    leader: str | None
+    ratios: dict[str, Ratio | None]
+    resolved: dict[str, bool]
+    losers: list[str]
+
+    @property
+    def unresolved(self) -> list[str]:
+        return [c for c, ok in self.resolved.items() if not ok]
+
+
+def session_state(points: dict[str, dict], contenders: list[str], margin: float) -> SessionState:
+    """Leader = the contender with the smallest centre; each other contender against it."""
+    ok = [c for c in contenders if point_rounds(points.get(c))]
+    if not ok:
+        return SessionState(None, {}, {}, [])
+    leader = min(ok, key=lambda c: center(points[c]))
+    ratios, resolved, losers = {}, {}, []
+    for c in ok:
+        if c == leader:
+            continue
+        r = ratio_of(points[c], points[leader])
+        ratios[c] = r
+        out, done = r.outcome(margin) if r else (0, False)
+        resolved[c] = done
+        if done and out > 0:
+            losers.append(c)
+    return SessionState(leader, ratios, resolved, losers)
+
+
+def should_stop(state: SessionState, rounds_done: int, min_rounds: int, max_rounds: int) -> tuple[bool, str]:
+    """Stop once every contender is resolved against the leader (after min_rounds), or at max_rounds."""
+    if rounds_done < min_rounds:
+        return False, ""
+    if not state.unresolved:
+        return True, f"resolved after {rounds_done} rounds"
+    if rounds_done >= max_rounds:
+        return True, f"round budget ({max_rounds}) spent; undecided: {', '.join(state.unresolved)}"
+    return False, ""
+
+
+def drift(values: list[float]) -> float | None:
+    """max/min - 1 of a canary's values over the run."""
+    vals = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return (max(vals) / min(vals) - 1) if len(vals) >= 2 else None
