@@ -61,7 +61,8 @@ def main(argv=None) -> int:
                     rows.setdefault((op, mode), []).append({
                         "call": call, "ms": run["timing"]["total_ms"]["median"],
                         "host_ms": run["host"]["host_ms"], "host_ahead": run["host"]["host_ahead"],
-                        "batches": run["host"]["batches"]})
+                        "batches": run["host"]["batches"],
+                        "iterations_ms": run["timing"]["total_ms"]["samples"]})
     print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
           f"{s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call "
           f"({time.monotonic() - t0:.0f} s)")
