@@ -2,23 +2,26 @@
 
 Why not per-iteration CUDA events alone: a Megatron-core TE layer takes the host 1.1-1.4 ms to launch
 per fwd+bwd, as long as the GPU work of a small op. Events recorded while the host lags time the
-host. So on CUDA a timed batch is enqueued while the GPU is held by a loaded hold (step 2):
+host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
 
-1. host_ms: the host's launch time per iteration, measured by enqueueing a few iterations.
-2. Every rank holds its stream the same length (the ranks' host estimates are all-reduced with MAX,
-   so a rank never waits inside its timed window for a peer that held longer), sized to cover the
-   whole batch's launches with a safety factor, and at least HOLD_MIN_MS. The hold is a run of
-   large GEMMs, not an idle sleep: on 2xH200 every op slowed by 4-12% over the first ~100 ms of work
-   after an idle spell (the clock settling from boost to its loaded level), so a batch timed after a
-   sleep caught the transient. Training keeps the GPU loaded; the hold does too, so the timed
-   iterations run at the loaded clock.
-3. After the hold one tiny all-reduce lines the ranks' streams up before the first timed event.
-4. The batch is enqueued with events around each iteration and between forward and backward.
-   Between the hold and the timed iterations, untimed pre-roll iterations of the bench itself (at
-   least PREROLL_MS of its GPU work) run too.
-5. Check: the host must finish enqueueing before the GPU finishes the hold (enqueue_ms < slept_ms)
-   on every rank. Otherwise the hold is doubled and the batch measured again (``max_attempts``);
-   the record says whether the host stayed ahead, so a report can flag a batch where it did not.
+1. A probe of a few iterations gives the host's launch time and the GPU time per iteration; the
+   ranks agree on both (all-reduce MAX), so every rank sizes its lead alike and no rank waits in its
+   timed window for a peer that was held longer.
+2. The stream is held by a short sleep, then runs untimed pre-roll iterations of the bench itself
+   (at least PREROLL_MS of its GPU work), then the timed iterations. The sleep is sized so that the
+   host finishes enqueueing everything before the GPU leaves the pre-roll; for GPU-bound ops the
+   pre-roll alone gives that lead. The pre-roll is also what makes the timing reproducible: on
+   2xH200 every op slowed by 4-12% over its first ~100 ms of work after an idle spell (the clock
+   settling from boost to the op's loaded level), and a batch timed in that transient moved from call
+   to call. Holding with large GEMMs instead settled the clock below the op's own level. Training
+   keeps the GPU loaded with the layer's own work; the pre-roll does too.
+3. After the sleep, one tiny all-reduce lines the ranks' streams up.
+4. The timed iterations: events around each iteration and between forward and backward.
+5. Check: the host must finish enqueueing before the GPU finishes the hold (sleep + pre-roll):
+   enqueue_ms < slept_ms (GPU time from the sleep's start to the first timed event) on every rank.
+   Otherwise the sleep grows and the batch is measured again (``max_attempts``); the record says
+   whether the host stayed ahead, so a report can flag a batch where it did not. host_ms is the
+   host's launch time per timed iteration, its own figure (an op is host-bound when host >= GPU).
 
 On CPU the host is the device: wall-clock marks per iteration, host_ms = the iteration time.
 """
@@ -29,47 +32,28 @@ import time
 import torch
 import torch.distributed as dist
 
-SAFETY = 2.0                 # hold = SAFETY x agreed host time of the batch + SLACK_MS
+SAFETY = 2.0                 # the host's lead covers SAFETY x its agreed enqueue time + SLACK_MS
 SLACK_MS = 2.0
-PREROLL_MS = 25.0            # GPU work enqueued untimed between the hold and the timed iterations
-PREROLL_MAX = 20
-HOLD_MIN_MS = 80.0           # the loaded hold lasts at least this long (the clock's settling time)
-HOLD_GEMM_N = 8192           # the hold's GEMM: N x N x N bf16 (~1.4 ms on an H200)
+PREROLL_MS = 150.0           # the bench's own GPU work run untimed before the timed iterations
+PREROLL_MAX = 60
 MAX_ATTEMPTS = 4
 HOST_PROBE_ITERS = 3
-_HOLD: dict[int, tuple] = {}
+_CYCLES_PER_MS: dict[int, float] = {}
 
 
-class _Hold:
-    """Holds a stream for a given time with GEMMs (loads the GPU like training does)."""
-
-    def __init__(self, device: torch.device):
-        n = HOLD_GEMM_N
-        self.a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-        self.b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-        self.c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
-        torch.cuda.synchronize(device)
-        for _ in range(3):
-            torch.mm(self.a, self.b, out=self.c)
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(20):
-            torch.mm(self.a, self.b, out=self.c)
-        e.record()
-        e.synchronize()
-        self.gemm_ms = max(s.elapsed_time(e) / 20, 1e-3)
-
-    def __call__(self, ms: float) -> None:
-        for _ in range(max(1, int(-(-ms // self.gemm_ms)))):
-            torch.mm(self.a, self.b, out=self.c)
-
-
-def hold_for(device: torch.device) -> _Hold:
-    """The process's hold on this GPU (its buffers, ~400 MB, are made once)."""
+def cycles_per_ms(device: torch.device) -> float:
+    """Clock cycles of torch.cuda._sleep per millisecond on this GPU (measured once per process)."""
     idx = device.index or 0
-    if idx not in _HOLD:
-        _HOLD[idx] = _Hold(device)
-    return _HOLD[idx]
+    if idx not in _CYCLES_PER_MS:
+        torch.cuda.synchronize(device)
+        cycles = 2_000_000
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(cycles)
+        b.record()
+        b.synchronize()
+        _CYCLES_PER_MS[idx] = cycles / max(a.elapsed_time(b), 1e-3)
+    return _CYCLES_PER_MS[idx]
 
 
 def _iteration(bench) -> None:
@@ -123,11 +107,12 @@ def wall_batch(bench, iters: int) -> dict:
 
 def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
     """CUDA: GPU time of ``iters`` iterations enqueued while the GPU is held (module doc)."""
-    hold = hold_for(ctx.device)
+    cpms = cycles_per_ms(ctx.device)
     host_probe, gpu_probe = host_launch_ms(bench, ctx)
     agreed, gpu_agreed = _allreduce_host([host_probe, gpu_probe], ctx.cpu_group, dist.ReduceOp.MAX)
     preroll = int(min(PREROLL_MAX, max(2, -(-PREROLL_MS // max(gpu_agreed, 1e-3)))))
-    sleep_ms = max(HOLD_MIN_MS, agreed * (iters + preroll) * SAFETY + SLACK_MS)
+    # the lead the host needs beyond what the pre-roll's own GPU time gives it
+    sleep_ms = max(SLACK_MS, agreed * (iters + preroll) * SAFETY + SLACK_MS - preroll * gpu_agreed)
     align = torch.zeros(1, device=ctx.device)
     attempts = []
     for attempt in range(max_attempts):
@@ -136,12 +121,12 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
         s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
         s0.record()
-        hold(sleep_ms)
-        s1.record()
+        torch.cuda._sleep(int(sleep_ms * cpms))
         if ctx.world_size > 1:
             dist.all_reduce(align, group=ctx.group)
         for _ in range(preroll):
             _iteration(bench)
+        s1.record()
         t_batch = time.perf_counter()
         marks = []
         for _ in range(iters):
@@ -169,7 +154,7 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
     samples = _split(marks, lambda a, b: a.elapsed_time(b))
     last = attempts[-1]
     return {"samples": samples, "host_ms": last["host_ms"], "host_probe_ms": host_probe,
-            "host_agreed_ms": agreed, "gpu_probe_ms": gpu_probe, "hold_gemm_ms": hold.gemm_ms, "host_ahead": last["host_ahead"], "attempts": attempts,
+            "host_agreed_ms": agreed, "gpu_probe_ms": gpu_probe, "host_ahead": last["host_ahead"], "attempts": attempts,
             "timing": "gpu_host_ahead"}
 
 
