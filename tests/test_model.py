@@ -96,8 +96,8 @@ def test_memory_fields_and_round_trip_through_to_dict():
     back = parse_model(d["model"] | {"workload": d["workload"]}, d["source"])
     assert back == m and back.model == m.model
     # optional fields absent: None, and left out of the dict (such a file's dict is as before)
-    bare = parse_model({k: v for k, v in LLAMA3_70B_HF.items()
-                        if k not in ("num_hidden_layers", "vocab_size", "tie_word_embeddings")}, "c.json", {"seq_length": 64})
+    optional = ("num_hidden_layers", "vocab_size", "tie_word_embeddings")
+    bare = parse_model({k: v for k, v in LLAMA3_70B_HF.items() if k not in optional}, "c.json", {"seq_length": 64})
     assert (bare.model.num_layers, bare.model.vocab_size, bare.model.untie_embeddings_and_output_weights) == (None,) * 3
     assert not {"num_layers", "vocab_size", "untie_embeddings_and_output_weights"} & set(bare.to_dict()["model"])
     d = bare.to_dict()

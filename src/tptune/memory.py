@@ -87,7 +87,7 @@ import os
 from typing import Any
 
 from .errors import ConfigError
-from .model import DTYPE_BYTES, ModelConfig, ModelSpec
+from .model import ModelConfig, ModelSpec
 
 GIB = 2**30
 VOCAB_DIVISIBLE_BY = 128          # Megatron's make_vocab_size_divisible_by default
@@ -445,11 +445,12 @@ def tp_floor(model_config: ModelConfig, tps, parallel: dict | None = None, gpu_m
     pp_txt = f" with PP={par['pp']}" if par["pp"] > 1 else ""
     if layout:
         res["why"] = (f"no TP up to {gpus_per_node} fits{pp_txt}; the smallest layout that fits is "
-                      f"TP={layout['tp']} x PP={layout['pp']} ({layout['gpus']} GPUs per model replica, dp={layout['dp']}, "
-                      f"{_gib(layout['total'])} <= {_gib(layout['usable'])})")
+                      f"TP={layout['tp']} x PP={layout['pp']} ({layout['gpus']} GPUs per model replica, "
+                      f"dp={layout['dp']}, {_gib(layout['total'])} <= {_gib(layout['usable'])})")
     else:
-        res["why"] = (f"no TP up to {gpus_per_node} fits{pp_txt}, and no TP x PP layout up to PP={model_config.model.num_layers} "
-                      "fits either (raise parallel.dp, use recompute, or more memory)")
+        res["why"] = (f"no TP up to {gpus_per_node} fits{pp_txt}, and no TP x PP layout up to "
+                      f"PP={model_config.model.num_layers} fits either (raise parallel.dp, use recompute, or "
+                      "more memory)")
     return _done(res, tps)
 
 
@@ -473,8 +474,8 @@ def markdown_table(floor: dict) -> str:
     lines = [f"Memory floor: **{'TP=' + str(floor['floor_tp']) if floor['floor_tp'] else 'none in the node'}** "
              f"({floor['status']}): {floor['why']}", ""]
     if floor["table"]:
-        lines += ["| TP | PP | DP | params/GPU | weights | main grads | optimizer | activations | output+loss | total | usable | fits |",
-                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:--|"]
+        lines += ["| TP | PP | DP | params/GPU | weights | main grads | optimizer | activations | output+loss | total "
+                  "| usable | fits |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:--|"]
         for r in floor["table"]:
             g = lambda k: f"{r[k] / GIB:.1f}"  # noqa: E731
             fit = "cannot run" if r["problems"] else {True: "yes", False: "no", None: "?"}[r["fits"]]
@@ -483,9 +484,9 @@ def markdown_table(floor: dict) -> str:
                          f"{g('main_grads')} | {g('optimizer')} | {g('activations')} | {g('output_activations')} | "
                          f"{g('total')} | {'?' if r['usable'] is None else g('usable')} | {fit} |")
         par = floor["parallel"]
-        lines += ["", f"GiB per GPU (most loaded pipeline stage); recompute {par['recompute']}, distributed optimizer "
-                      f"{'on' if par['distributed_optimizer'] else 'off'}, usable = {par['memory_fraction']:.0%} of the "
-                      f"GPU's memory; see tptune.memory for each term."]
+        lines += ["", f"GiB per GPU (most loaded pipeline stage); recompute {par['recompute']}, distributed "
+                      f"optimizer {'on' if par['distributed_optimizer'] else 'off'}, usable = "
+                      f"{par['memory_fraction']:.0%} of the GPU's memory; see tptune.memory for each term."]
         if any(r["tied_embeddings_assumed"] for r in floor["table"]):
             lines.append("The model file does not say whether the output layer shares the embedding's weights: "
                          "assumed tied (Megatron's and transformers' default).")
