@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -11,7 +12,7 @@ LLAMA3_70B_HF = {  # meta-llama/Meta-Llama-3-70B config.json (the fields that ma
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
     "intermediate_size": 28672, "num_attention_heads": 64, "num_key_value_heads": 8,
     "num_hidden_layers": 80, "hidden_act": "silu", "max_position_embeddings": 8192,
-    "rope_theta": 500000.0, "torch_dtype": "bfloat16", "vocab_size": 128256,
+    "rope_theta": 500000.0, "torch_dtype": "bfloat16", "vocab_size": 128256, "tie_word_embeddings": False,
 }
 
 
@@ -32,7 +33,8 @@ def test_hf_config_json(tmp_path):
     p.write_text(json.dumps(LLAMA3_70B_HF))
     m = load_model(p, {"seq_length": 8192})
     assert m.model == load_model(ROOT / "config/models/llama3-70b.yaml").model.__class__(
-        "Meta-Llama-3-70B" if False else m.model.name, 8192, 28672, 64, 8, 128, True)
+        m.model.name, 8192, 28672, 64, 8, 128, True, 80, 128256, True)
+    assert m.model == replace(load_model(ROOT / "config/models/llama3-70b.yaml").model, name=m.model.name)
     assert m.workload.dtype == "bf16" and m.workload.tokens == 8192
     assert m.model.kv_channels == 128  # derived: hidden / heads
 
@@ -84,3 +86,54 @@ def test_unreadable_files(tmp_path):
     bad.write_text("hidden_size: [1, 2\n")
     with pytest.raises(ConfigError, match="cannot parse"):
         load_model(bad)
+
+
+def test_memory_fields_and_round_trip_through_to_dict():
+    """The worker rebuilds the model from ModelConfig.to_dict() (worker/server.py): same spec back."""
+    m = parse_model(LLAMA3_70B_HF, "config.json", {"seq_length": 8192})
+    assert (m.model.num_layers, m.model.vocab_size, m.model.untie_embeddings_and_output_weights) == (80, 128256, True)
+    d = m.to_dict()
+    back = parse_model(d["model"] | {"workload": d["workload"]}, d["source"])
+    assert back == m and back.model == m.model
+    # optional fields absent: None, and left out of the dict (such a file's dict is as before)
+    optional = ("num_hidden_layers", "vocab_size", "tie_word_embeddings")
+    bare = parse_model({k: v for k, v in LLAMA3_70B_HF.items() if k not in optional}, "c.json", {"seq_length": 64})
+    assert (bare.model.num_layers, bare.model.vocab_size, bare.model.untie_embeddings_and_output_weights) == (None,) * 3
+    assert not {"num_layers", "vocab_size", "untie_embeddings_and_output_weights"} & set(bare.to_dict()["model"])
+    d = bare.to_dict()
+    assert parse_model(d["model"] | {"workload": d["workload"]}, d["source"]).model == bare.model
+
+
+def test_tied_embedding_names():
+    base = {"hidden_size": 512, "ffn_hidden_size": 1024, "num_attention_heads": 8, "num_layers": 2,
+            "vocab_size": 1000, "workload": {"seq_length": 64}}
+    assert parse_model(dict(base, untie_embeddings_and_output_weights=True)).model.untie_embeddings_and_output_weights
+    assert parse_model(dict(base, share_embeddings_and_output_weights=False)).model.untie_embeddings_and_output_weights
+    assert parse_model(dict(base, tie_word_embeddings=True)).model.untie_embeddings_and_output_weights is False
+    with pytest.raises(ConfigError, match="contradict each other"):
+        parse_model(dict(base, tie_word_embeddings=True, untie_embeddings_and_output_weights=True))
+    with pytest.raises(ConfigError, match="'num_layers' = 0: expected a positive integer"):
+        parse_model(dict(base, num_layers=0))
+
+
+@pytest.mark.parametrize("field, value, extra", [
+    ("num_local_experts", 8, {"model_type": "mixtral", "num_experts_per_tok": 2, "intermediate_size": 14336}),
+    ("num_experts", 60, {"model_type": "qwen2_moe", "moe_intermediate_size": 1408, "intermediate_size": 5632}),
+    ("n_routed_experts", 256, {"model_type": "deepseek_v3", "moe_intermediate_size": 2048, "intermediate_size": 18432}),
+])
+def test_mixture_of_experts_configs_are_refused(tmp_path, field, value, extra):
+    raw = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+           "vocab_size": 32000, "hidden_act": "silu", **extra, field: value}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError) as e:
+        load_model(p, {"seq_length": 4096})
+    assert f"field '{field}' = {value}: experts are not supported yet" in str(e.value)
+    assert str(p) in str(e.value)
+
+
+def test_megatron_moe_field_refused_and_zero_experts_is_dense():
+    base = {"hidden_size": 512, "ffn_hidden_size": 1024, "num_attention_heads": 8, "workload": {"seq_length": 64}}
+    with pytest.raises(ConfigError, match="'num_moe_experts' = 8: experts are not supported yet"):
+        parse_model(dict(base, num_moe_experts=8))
+    assert parse_model(dict(base, num_moe_experts=None, num_experts=0)).model.ffn_hidden_size == 1024

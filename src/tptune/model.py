@@ -1,6 +1,12 @@
 """Model shape and workload: read Megatron-style YAML or a Hugging Face config.json, validate.
 
 The four linear ops only need a handful of numbers; everything else in those files is ignored.
+The memory check (``tptune.memory``) also needs the layer count, the vocabulary size and whether
+the output layer shares the embedding's weights. Those three fields are optional here: a file
+without them still tunes the ops, and the memory check names the field it is missing.
+
+Mixture-of-experts configs are refused (``EXPERT_FIELDS``): their expert MLPs would be read as one
+dense MLP, with wrong fc1/fc2 shapes and a wrong memory estimate.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ _DTYPE_ALIASES = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
 }
+# Fields that mark a mixture-of-experts model (Mixtral, Qwen-MoE/Qwen3-MoE, DeepSeek, Megatron).
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "num_moe_experts", "moe_num_experts")
 # Activations whose MLP is gated (fc1 produces gate and up halves): SwiGLU, GeGLU.
 _GATED_ACTS = {"silu", "swiglu", "swish", "geglu", "gelu_glu", "reglu"}
 
@@ -32,6 +40,11 @@ class ModelSpec:
     num_query_groups: int
     kv_channels: int
     gated_mlp: bool
+    # Optional (None: not in the model file); needed by the memory check only. Megatron's names, so
+    # that to_dict() re-parses as the same spec (the worker rebuilds the model from that dict).
+    num_layers: int | None = None
+    vocab_size: int | None = None
+    untie_embeddings_and_output_weights: bool | None = None   # None: the file does not say
 
     @property
     def q_size(self) -> int:
@@ -72,7 +85,9 @@ class ModelConfig:
     source: str = field(default="<dict>", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": asdict(self.model), "workload": asdict(self.workload), "source": self.source}
+        # Optional fields the file did not give are left out (the dict of such a file is unchanged).
+        spec = {k: v for k, v in asdict(self.model).items() if v is not None}
+        return {"model": spec, "workload": asdict(self.workload), "source": self.source}
 
     def tp_problems(self, tp: int) -> list[str]:
         """What stops this model from running at tensor-parallel size ``tp`` (empty if nothing)."""
@@ -118,6 +133,24 @@ def _dtype(value: Any, key: str, problems: list[str]) -> str | None:
     return _DTYPE_ALIASES[value.lower()]
 
 
+def _untie(raw: dict, problems: list[str]) -> bool | None:
+    """Whether the output layer has its own weights: Megatron's untie_embeddings_and_output_weights,
+    Hugging Face's tie_word_embeddings or NeMo's share_embeddings_and_output_weights (both inverted).
+    None when the file gives none of them (both frameworks then tie; tptune.memory says so)."""
+    found = []
+    for key, inverted in (("untie_embeddings_and_output_weights", False), ("tie_word_embeddings", True),
+                          ("share_embeddings_and_output_weights", True)):
+        if key in raw and raw[key] is not None:
+            if not isinstance(raw[key], bool):
+                problems.append(f"field '{key}' = {raw[key]!r}: expected true or false")
+                return None
+            found.append((key, raw[key] != inverted))
+    if len({v for _, v in found}) > 1:
+        problems.append("fields " + " and ".join(f"'{k}'" for k, _ in found) + " contradict each other")
+        return None
+    return found[0][1] if found else None
+
+
 def is_hf_config(raw: dict) -> bool:
     return "intermediate_size" in raw or "num_key_value_heads" in raw or "model_type" in raw
 
@@ -150,6 +183,16 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
             kv = hidden // heads
     if heads and groups and heads % groups:
         problems.append(f"field 'num_query_groups' = {groups}: must divide num_attention_heads={heads}")
+    for key in EXPERT_FIELDS:
+        n = raw.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            problems.append(f"field '{key}' = {n}: experts are not supported yet: this is a mixture-of-experts "
+                            "model, and tptune would read its expert MLPs as one dense MLP (wrong fc1/fc2 shapes, "
+                            "wrong memory estimate)")
+    layers = _positive_int(raw, ("num_hidden_layers", "num_layers") if hf else ("num_layers", "num_hidden_layers"),
+                           problems, required=False)
+    vocab = _positive_int(raw, ("vocab_size", "padded_vocab_size"), problems, required=False)
+    untie = _untie(raw, problems)
 
     if hf:
         act = raw.get("hidden_act", raw.get("hidden_activation", "silu"))
@@ -185,7 +228,7 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
     if problems:
         raise ConfigError(source, problems)
     return ModelConfig(
-        model=ModelSpec(str(name), hidden, ffn, heads, groups, kv, bool(gated)),
+        model=ModelSpec(str(name), hidden, ffn, heads, groups, kv, bool(gated), layers, vocab, untie),
         workload=Workload(seq, mbs, dtype),
         source=source,
     )

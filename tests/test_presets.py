@@ -1,0 +1,21 @@
+"""NVIDIA's userbuffers presets as shipped in config/presets, against the values in NeMo / Megatron-Bridge."""
+from tptune.search.ubcfg import load_preset, te_default_ub_cfgs
+
+
+def test_nvidia_bf16_tp2_is_nemos_b200_tp2_preset():
+    """userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192 (NeMo userbuffers.py, Megatron-Bridge comm_overlap.py)."""
+    p = load_preset("nvidia_bf16_tp2")
+    bulk = {"method": "bulk", "cga_size": 2, "set_sm_margin": 0}
+    assert p["qkv_dgrad"] == {**bulk, "num_sm": 16} and p["qkv_wgrad"] == {**bulk, "num_sm": 24}
+    assert p["fc1_dgrad"] == {**bulk, "num_sm": 2} and p["fc1_wgrad"] == {**bulk, "num_sm": 4}
+    ring = {"method": "ring_exchange", "num_sm": 1, "cga_size": 1, "set_sm_margin": 0, "aggregate": 0, "use_ce": 1}
+    for g in ("qkv_fprop", "proj_dgrad", "fc1_fprop", "fc2_dgrad"):
+        assert p[g] == ring
+    pipe = {"method": "pipeline", "cga_size": 2, "num_splits": 4, "set_sm_margin": 1}
+    assert p["proj_fprop"] == {**pipe, "num_sm": 32} and p["fc2_fprop"] == {**pipe, "num_sm": 16}
+    assert set(p) == set(te_default_ub_cfgs())
+
+
+def test_nvidia_tp2_differs_from_the_tp4_preset_in_two_gemms():
+    a, b = load_preset("nvidia_bf16_tp2"), load_preset("nemo_tp4")
+    assert sorted(k for k in a if a[k] != b[k]) == ["proj_fprop", "qkv_dgrad"]
