@@ -78,7 +78,7 @@ def cmd_profile(a) -> int:
     return 0
 
 
-def _measure_session(s, op: str, tp: int, cases, sdir: Path, contenders=None) -> dict:
+def _measure_session(s, op: str, tp: int, cases, sdir: Path, contenders=None, evidence: bool = True) -> dict:
     """Measure ``cases`` side by side in one session (launch.Launcher.session), with the drift canary."""
     from .launch import Launcher
     from .workflow import canary_case
@@ -87,7 +87,7 @@ def _measure_session(s, op: str, tp: int, cases, sdir: Path, contenders=None) ->
         cases, s.model, sdir, s.op_settings(op), session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
         contenders=contenders,
         canary=canary_case(s, tp), margin=s.config["decision"]["noise_floor"],
-        faults=s.config.get("faults", {}))
+        faults=s.config.get("faults", {}), evidence=evidence)
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))
@@ -117,7 +117,7 @@ def cmd_search_step(a) -> int:
     cases = step_cases(s, a.op, a.tp, a.dim, prev)
     if cases and a.measure:
         sdir = session_dir(run_dir, a.op, a.tp, step_session_name(a.dim, a.step))
-        _measure_session(s, a.op, a.tp, cases, sdir)
+        _measure_session(s, a.op, a.tp, cases, sdir, evidence=False)
     rec = step_record(s, a.op, a.tp, a.dim, a.step, prev, run_dir)
     _write_json(a.out, rec)
     return 0
@@ -145,7 +145,7 @@ def cmd_tp_step(a) -> int:
     from .decide import with_verdict
 
     points = {pt["tp"]: with_verdict(_run_dir(a), pt) for pt in (json.loads(Path(p).read_text()) for p in a.points)}
-    _write_json(a.out, tp_step(s, a.op, a.tp, points))
+    _write_json(a.out, tp_step(s, a.op, a.tp, points, _run_dir(a)))
     return 0
 
 

@@ -137,16 +137,46 @@ def _tp_points(points: dict[int, dict]) -> dict[int, tp_decision.TpPoints]:
             for tp, p in points.items()}
 
 
-def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict]) -> dict:
+def memory_floor(s: Settings, run_dir: Path) -> dict:
+    """The memory floor of this run (tptune.memory.tp_floor), with the GPU memory recorded by its
+    sessions when the machine deciding has no GPU; ``effective_tp`` is the TP the decisions may not go
+    below: the floor, or when nothing in the node fits, the TP of the smallest layout that fits."""
+    from .memory import tp_floor_for
+
+    recorded = None
+    for p in sorted(Path(run_dir).glob("sessions/*/tp*/point/*/run.json"))[:1]:
+        recorded = (json.loads(p.read_text()).get("environment") or {}).get("gpu_memory_gib")
+    f = tp_floor_for(s, recorded_gib=recorded)
+    f["effective_tp"] = f["floor_tp"] or (f.get("smallest_layout") or {}).get("tp")
+    return f
+
+
+def _apply_floor(chosen: int, floor: dict, what: str) -> tuple[int, dict | None]:
+    ft = floor.get("effective_tp")
+    if not ft or chosen >= ft:
+        return chosen, ({"rule": "memory_floor", "floor_tp": ft, "passed": True, "why": floor["why"]}
+                        if ft and ft > 1 else None)
+    return ft, {"rule": "memory_floor", "floor_tp": ft, "rule_tp": chosen, "passed": False,
+                "reason": f"{what} TP={chosen} cannot hold the model: {floor['why']}; raised to TP={ft}",
+                "measured": ft in floor.get("measured_tps", [ft])}
+
+
+def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], run_dir: Path | None = None) -> dict:
     measured = _tp_points(points)
     nxt = tp_decision.tp_next(op, measured, **_tp_rules(s))
     if s.config["decision"].get("explore_all_tps"):  # evidence runs: every TP, the rule decides after
         later = [t for t in s.tp_sizes if t > tp]
         nxt = later[0] if later else None
+    floor = memory_floor(s, run_dir) if run_dir is not None else {}
+    ft = floor.get("effective_tp")
+    if nxt is None and ft and ft > max(points):  # measure up to the floor: the answer cannot be below it
+        later = [t for t in s.tp_sizes if max(points) < t <= ft]
+        nxt = later[0] if later else None
     rec = {"op": op, "tp": tp, "next": nxt, "measured_tps": sorted(points)}
     if nxt is None:
-        chosen, evidence = tp_decision.tp_result(op, measured, **_tp_rules(s))
-        rec.update({"chosen_tp": chosen, "evidence": evidence})
+        chosen, evidence = tp_decision.tp_result(op, {t: m for t, m in measured.items()}, **_tp_rules(s))
+        floored, ev = _apply_floor(chosen, {**floor, "measured_tps": sorted(points)}, op) if floor else (chosen, None)
+        rec.update({"rule_tp": chosen, "chosen_tp": floored, "evidence": evidence + ([ev] if ev else [])})
     return rec
 
 
@@ -156,7 +186,7 @@ def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
     floor = s.config["decision"]["noise_floor"]
     points = _points(run_dir, op, final["measured_tps"])
     chosen = final["chosen_tp"]
-    at = points.get(chosen) or points[min(points)]
+    at = points.get(chosen) or points[max(p for p in points if p <= chosen) if min(points) <= chosen else min(points)]
     winner, runner_up, comparisons = _best_at(at, floor)
     case = parse_case_id(winner["case"])
     if chosen == 1:
@@ -306,11 +336,17 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
         final = _read(f)
         records[final["op"]] = _op_choice(s, final["op"], final, run_dir)
         points_by_op[final["op"]] = _points(run_dir, final["op"], final["measured_tps"])
-    tp, tp_evidence = model_tp(s, points_by_op)
+    rule_tp, tp_evidence = model_tp(s, points_by_op)
+    mem = memory_floor(s, run_dir)
+    all_measured = sorted({t for pts in points_by_op.values() for t in pts})
+    tp, ev = _apply_floor(rule_tp, {**mem, "measured_tps": all_measured}, "model")
+    if ev:
+        tp_evidence = tp_evidence + [ev]
     m, w = s.model.model, s.model.workload
     meta = {"model": m.name, "workload": {"seq_length": w.seq_length, "micro_batch_size": w.micro_batch_size,
                                           "dtype": w.dtype},
-            "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_evidence": tp_evidence,
+            "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
+            "model_tp_evidence": tp_evidence, "memory": mem,
             "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
             "measurement": measurement_summary(run_dir, points_by_op, floor)}
     emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)

@@ -286,10 +286,13 @@ class Launcher:
 
     def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
                 session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
-                margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None) -> dict:
+                margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
+                evidence: bool = True) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
         adding rounds until every contender clears the margin against the leader or the round budget is
-        spent. Writes <session_dir>/<variant>/run.json per member and session.json; returns the latter."""
+        spent. Writes <session_dir>/<variant>/run.json per member and session.json; returns the latter.
+        ``evidence``: record each member's profiler traces and numerics check in its first round (the
+        TP point's finalists need them; a search step's points do not)."""
         from .search.rounds import rotation, session_state, should_stop
 
         faults = faults or {}
@@ -321,7 +324,8 @@ class Launcher:
                 order_log.append([c.id for c in order])
                 for case in order:
                     first = not rounds[case.id]
-                    settings = self._settings_for(case, op_settings, faults, profile=first, check=first)
+                    settings = self._settings_for(case, op_settings, faults, profile=first and evidence,
+                                                  check=first and evidence)
                     res = self._measure_once(case, mc, dir_of[case.id], settings, gpus, attempts[case.id])
                     if res["status"] == "ok":
                         rounds[case.id].append((r, res))

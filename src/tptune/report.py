@@ -35,6 +35,12 @@ def _ratio(r: dict | None) -> str:
     return f"{r['ratio']:.3f}{iv}, {r.get('rounds')} rounds"
 
 
+def _memory_md(floor: dict | None) -> str:
+    from .memory import markdown_table
+
+    return markdown_table(floor) if floor else "Memory not checked."
+
+
 def _point_rows(meas: pl.DataFrame) -> pl.DataFrame:
     """The rows of the TP-point sessions: every reference and finalist measured side by side."""
     return meas.filter(pl.col("session").str.ends_with("/point"))
@@ -166,6 +172,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=yaml_text,
         chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows,
         measurement=decisions["meta"].get("measurement") or {},
+        memory_md=_memory_md(decisions["meta"].get("memory")),
     )
     out.write_text(text)
     return out

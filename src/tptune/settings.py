@@ -97,6 +97,8 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
             problems.append(f"field 'tp_sizes': TP={tp} exceeds gpus_per_node={node} (TP stays within one node)")
         if mc is not None:
             problems.extend(f"field 'tp_sizes': {p}" for p in mc.tp_problems(tp))
+    from .memory import config_problems as memory_problems
+    problems.extend(memory_problems(config, mc))
     backend = config.get("backend", "auto")
     has_gpu = count_gpus() > 0
     if backend == "auto":
