@@ -177,6 +177,16 @@ def cmd_join_json(a) -> int:
     return 0
 
 
+def cmd_rederive(a) -> int:
+    from .rederive import rederive
+
+    s = _settings(str(Path(a.run_dir) / "config.json"))
+    for note in rederive(s, Path(a.run_dir)):
+        print(note)
+    print(f"re-derived {a.run_dir}")
+    return 0
+
+
 def cmd_failed(a) -> int:
     """The search-step / TP-point files whose session has a failed setting (for snakemake -R): a setting
     is re-measured with the settings it is compared to, never alone."""
@@ -270,6 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("inputs", nargs="+")
     p.set_defaults(fn=cmd_join_json)
+
+    p = sub.add_parser("rederive", help="re-derive a run's decisions, configs and report from its recorded "
+                                        "sessions (no GPU)")
+    p.add_argument("run_dir")
+    p.set_defaults(fn=cmd_rederive)
 
     p = sub.add_parser("failed", help="list run.json of failed cases (for snakemake -R)")
     p.add_argument("run_dir")

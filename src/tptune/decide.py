@@ -31,19 +31,24 @@ def slim(point: dict | None) -> dict | None:
 
 
 def pick_best(points: list[dict], floor: float) -> tuple[dict | None, list[dict]]:
-    """Fastest point with noise: candidates in cost order; a challenger replaces the champion only
-    when it wins beyond the margin, so ties stay with the cheaper setting."""
-    ordered = sorted(points, key=lambda p: cost_key(p["case"]))
-    champion, comparisons = None, []
-    for p in ordered:
-        if champion is None:
-            champion = p
+    """The pick among measured points: the leader is the fastest (by median); every other point is
+    compared with it, and the pick is the cheapest point the leader does not beat beyond the noise
+    (the leader itself when it beats all). One reference for every comparison keeps the pick from
+    depending on the order of comparisons (ties are not transitive)."""
+    ok = [p for p in points if point_median(p) != float("inf")]
+    if not ok:
+        ordered = sorted(points, key=lambda p: cost_key(p["case"]))
+        return (ordered[0] if ordered else None), []
+    leader = min(ok, key=lambda p: (point_median(p), cost_key(p["case"])))
+    tied, comparisons = [leader], []
+    for p in sorted(points, key=lambda p: cost_key(p["case"])):
+        if p is leader:
             continue
-        cmp = compare_points(p, champion, floor=floor, tie="b")
+        cmp = compare_points(leader, p, floor=floor, tie="a")
         comparisons.append(cmp.to_dict())
-        if cmp.winner == "a":
-            champion = p
-    return champion, comparisons
+        if cmp.outcome == 0:
+            tied.append(p)
+    return min(tied, key=lambda p: cost_key(p["case"])), comparisons
 
 
 def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | None, str | None]:

@@ -170,8 +170,26 @@ def point_members(s: Settings, op: str, tp: int, results: list[dict]) -> tuple[l
     the tuned combination of the winners (the last returned apart too)."""
     winners = [parse_case_id(r["best_case"]) for r in results]
     tuned = tuned_cases(s, op, tp, {r["dim"]: r for r in results})
-    cases = reference_cases(s, op, tp) + winners + tuned
-    return list({c.id: c for c in cases}.values()), tuned
+    refs = reference_cases(s, op, tp)  # the named yardsticks stay, even where two are the same setting
+    return refs + [c for c in distinct_settings(refs + winners + tuned) if c not in refs], tuned
+
+
+def distinct_settings(cases: list[Case]) -> list[Case]:
+    """Cases in order, dropping any whose effective setting an earlier one already has (e.g.
+    ub.te+dgrad.ring for fc2 is TE's default fc2_dgrad: the same ub_cfgs as ub.te)."""
+    from .search.ubcfg import case_ub_cfgs
+
+    seen, out = set(), []
+    for c in cases:
+        if c.variant.kind == "ub":
+            cfg = case_ub_cfgs(c)
+            key = json.dumps({k: v for k, v in cfg.items() if k.startswith(c.op + "_")}, sort_keys=True)
+        else:
+            key = c.variant_id
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
 
 
 def point_contenders(members: list[Case]) -> list[str]:

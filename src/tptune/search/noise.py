@@ -76,13 +76,21 @@ def compare(a: dict | None, b: dict | None, margin: float) -> int:
 
 def cost_key(case: Case | str) -> tuple:
     """Sort key of a setting's cost, cheapest first: smaller TP (fewer GPUs); no overlap before
-    chunked before userbuffers; fewer chunks; fewer comm SMs over the overridden GEMMs (TE's method
-    default when the override leaves num_sm out); ring_exchange before pipeline before bulk; fewer
-    overrides; then the case id, so the order is total. Preset contents are not looked at."""
+    chunked before userbuffers; fewer chunks; fewer SMs taken for communication over the op's GEMMs
+    in the setting's *effective* ub_cfgs (a preset's own entries count like overrides); ring_exchange
+    before pipeline before bulk; fewer overrides; then the case id, so the order is total."""
     c = parse_case_id(case) if isinstance(case, str) else case
     v = c.variant
-    sms = sum(dict(o.knobs).get("num_sm", METHOD_DEFAULTS[o.method]["num_sm"]) for o in v.overrides)
-    methods = sum(_METHOD_RANK[o.method] for o in v.overrides)
+    sms = methods = 0
+    if v.kind == "ub":
+        try:
+            from .ubcfg import case_ub_cfgs
+            cfg = {k: e for k, e in case_ub_cfgs(c).items() if k.startswith(c.op + "_")}
+            sms = sum(int(e.get("num_sm", METHOD_DEFAULTS[e["method"]]["num_sm"])) for e in cfg.values())
+            methods = sum(_METHOD_RANK[e["method"]] for e in cfg.values())
+        except (ValueError, KeyError, OSError):  # an unknown preset: fall back to the overrides
+            sms = sum(dict(o.knobs).get("num_sm", METHOD_DEFAULTS[o.method]["num_sm"]) for o in v.overrides)
+            methods = sum(_METHOD_RANK[o.method] for o in v.overrides)
     return (c.tp, _KIND_RANK[v.kind], v.chunks, sms, methods, len(v.overrides), c.id)
 
 

@@ -1,0 +1,71 @@
+"""Re-derive a finished run's searches, TP points, decisions, configs and report from its recorded
+sessions with this checkout's decision code: no GPU, nothing measured. A search whose new decisions
+would have measured something the run did not is reported, not guessed."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .errors import TptuneError
+
+
+def _write(path: Path, obj) -> None:
+    path.write_text(json.dumps(obj, indent=1, default=str))
+
+
+def rederive(s, run_dir: Path) -> list[str]:
+    from .analyze import collect, session_analysis_path
+    from .decide import decide, tp_point, tp_step
+    from .report import render_report
+    from .workflow import dimensions, step_record
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "sessions").is_dir():
+        raise TptuneError(f"{run_dir}: no sessions/ folder: this run was recorded before side-by-side "
+                          "sessions and cannot be re-derived with this code; re-measure it")
+    notes, finals = [], []
+    for op in s.ops:
+        points = {}
+        for tp_dir in sorted((run_dir / "search" / op).glob("tp*"), key=lambda d: int(d.name[2:])):
+            tp = int(tp_dir.name[2:])
+            results = []
+            for dim in dimensions(s, op, tp):
+                prev, step = None, 0
+                while True:
+                    recorded = tp_dir / dim / f"step{step}.json"
+                    if not recorded.exists():
+                        raise TptuneError(f"{op} TP={tp} {dim}: the new decisions need step {step}, which the "
+                                          "run did not measure; re-measure this run")
+                    old = json.loads(recorded.read_text())
+                    rec = step_record(s, op, tp, dim, step, prev, run_dir)
+                    if rec["sessions"] != old["sessions"][:len(rec["sessions"])]:
+                        raise TptuneError(f"{op} TP={tp} {dim} step {step}: the new decisions measure "
+                                          f"{rec['sessions'][-1]['values']}, the run measured other points")
+                    if rec.get("best") != old.get("best"):
+                        notes.append(f"{op} TP={tp} {dim}: best {old.get('best')} -> {rec.get('best')}")
+                    _write(recorded, rec)
+                    if rec["done"]:
+                        break
+                    prev, step = rec, step + 1
+                _write(tp_dir / dim / "result.json", rec)
+                results.append(rec)
+            _write(tp_dir / "results.json", results)
+            pt = tp_point(s, op, tp, run_dir)
+            _write(tp_dir / "point.json", pt)
+            points[tp] = pt
+            dec = tp_step(s, op, tp, dict(points), run_dir)
+            _write(tp_dir / "decision.json", dec)
+            final = tp_dir / "decision.json"
+        shutil.copy(final, run_dir / "search" / op / "final.json")
+        finals.append(run_dir / "search" / op / "final.json")
+    sessions = sorted(run_dir.glob("sessions/**/session.json"))
+    for sj in sessions:
+        from .analyze import analyze_session
+        ap = session_analysis_path(run_dir, sj)
+        if not ap.exists():
+            analyze_session(sj.parent, ap)
+    collect(run_dir, sessions, run_dir / "measurements.parquet")
+    decide(s, run_dir, finals)
+    render_report(s, run_dir, run_dir / "report.md")
+    return notes
