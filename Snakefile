@@ -22,4 +22,5 @@ include: "rules/report.smk"
 rule all:
     input:
         f"{RUN_DIR}/report.md",
+        all_session_records,
         all_session_analysis,

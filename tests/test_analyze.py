@@ -4,7 +4,7 @@ import shutil
 
 import polars as pl
 
-from tptune.analyze import analyze_case, collect
+from tptune.analyze import analyze_case, analyze_session, collect, session_analysis_path
 
 from conftest import FIXTURES
 
@@ -12,7 +12,7 @@ TP4 = FIXTURES / "gpu" / "tp4"
 
 
 def _case(run_dir, op, variant, traces):
-    d = run_dir / "cases" / op / "tp4" / variant
+    d = run_dir / "sessions" / op / "tp4" / "point" / variant
     d.mkdir(parents=True)
     run = json.loads((TP4 / f"{op}-tp4-{variant}.run.json").read_text())
     names = []
@@ -37,10 +37,17 @@ def test_corrupt_trace_fails_only_its_case(tmp_path):
     ]
     for r in runs:
         case = r.parent
-        analyze_case(r, tmp_path / "analysis" / "qkv" / "tp4" / f"{case.name}.parquet")
-    bad = pl.read_parquet(tmp_path / "analysis/qkv/tp4/ub.te.parquet")
+        analyze_case(r, tmp_path / "per-case" / f"{case.name}.parquet")
+    bad = pl.read_parquet(tmp_path / "per-case/ub.te.parquet")
     assert bad.height == 1 and "trace.rank1.json.gz" in bad["error"][0]
-    table = collect(tmp_path, runs, tmp_path / "measurements.parquet")
+    sess = tmp_path / "sessions/qkv/tp4/point"
+    (sess / "session.json").write_text(json.dumps({"session": "qkv/tp4/point", "runs": {
+        json.loads(r.read_text())["case"]: f"{r.parent.name}/run.json" for r in runs}}))
+    analysis = session_analysis_path(tmp_path, sess / "session.json")
+    assert analysis == tmp_path / "analysis/qkv/tp4/point.parquet"
+    both = analyze_session(sess, analysis)
+    assert set(both["case"].to_list()) == {"qkv-tp4-none", "qkv-tp4-ub.te"}
+    table = collect(tmp_path, [sess / "session.json"], tmp_path / "measurements.parquet")
     rows = {r["case"]: r for r in table.iter_rows(named=True)}
     assert rows["qkv-tp4-ub.te"]["status"] == "failed" and rows["qkv-tp4-ub.te"]["error_kind"] == "trace"
     assert "trace analysis failed" in rows["qkv-tp4-ub.te"]["error"]

@@ -13,8 +13,10 @@ from tptune.trace.classify import classify
 from conftest import FIXTURES, ROOT
 
 TP4 = FIXTURES / "gpu" / "tp4"
-RESULTS = ROOT / "results"
+RESULTS = ROOT / "results" / "legacy"
 RUNS = ["h200x4-llama3-70b", "h200x4-llama3-70b-grid", "h200x4-llama3-70b-joint-qkv", "h200x2-llama3-70b"]
+STABILITY = ROOT / "results" / "stability-llama3-70b-x2"
+REPS = ["rep1", "rep2", "rep3"]
 
 
 def _phase(summary, phase, col):
@@ -76,23 +78,75 @@ def test_emitted_configs_load_as_they_are(run):
         (RESULTS / run / "tp_comm_overlap_cfg.yaml").read_text())
 
 
-@pytest.mark.parametrize("run,expected_tp", [("h200x4-llama3-70b", 4), ("h200x4-llama3-70b-grid", 4),
-                                          ("h200x2-llama3-70b", 1)])
-def test_decisions_rederived_from_recorded_points(run, expected_tp, tmp_path):
-    """The TP decision of every op and of the model, replayed from the committed point.json files."""
-    from tptune.decide import model_tp, tp_step
+def test_legacy_runs_are_refused_by_rederive(tmp_path):
+    import shutil
+
+    import subprocess
+    import sys
+
+    shutil.copytree(RESULTS / "h200x2-llama3-70b", tmp_path / "run")
+    p = subprocess.run([sys.executable, "-m", "tptune", "rederive", str(tmp_path / "run")],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "recorded before side-by-side sessions" in p.stderr
+
+
+def _settings(run_dir):
     from tptune.settings import resolve
 
-    cfg = json.loads((RESULTS / run / "config.json").read_text())
-    cfg.pop("_source", None)
-    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
-    decisions = json.loads((RESULTS / run / "decisions.json").read_text())
-    points_by_op = {}
-    for op in s.ops:
-        points = {int(p.parent.name[2:]): json.loads(p.read_text())
-                  for p in sorted((RESULTS / run / "search" / op).glob("tp*/point.json"))}
-        points_by_op[op] = points
-        rec = tp_step(s, op, max(points), points)
-        assert rec["next"] is None
-        assert rec["chosen_tp"] == decisions["ops"][op]["tp"], op
-    assert model_tp(s, points_by_op)[0] == decisions["meta"]["model_tp"] == expected_tp
+    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg.pop("_source", None), cfg.pop("_base_dir", None)
+    return resolve(cfg, base_dir=ROOT, check_hardware=False)
+
+
+@pytest.mark.parametrize("rep", REPS)
+def test_stability_run_rederives_to_its_committed_decisions(rep, tmp_path):
+    """Every search step, TP point and decision replayed from the recorded sessions gives the
+    committed decisions.json (the measurements never change; only this checkout's code decides)."""
+    import shutil
+
+    from tptune.rederive import rederive
+
+    run = tmp_path / rep
+    shutil.copytree(STABILITY / rep, run)
+    rederive(_settings(run), run)
+    got = json.loads((run / "decisions.json").read_text())
+    want = json.loads((STABILITY / rep / "decisions.json").read_text())
+    assert got["meta"]["model_tp"] == want["meta"]["model_tp"] == 2
+    assert got["meta"]["model_tp_rule"] == want["meta"]["model_tp_rule"] == 1
+    for op in ("qkv", "proj", "fc1", "fc2"):
+        assert got["ops"][op]["tp"] == want["ops"][op]["tp"] == 2
+        assert got["ops"][op]["config"]["variant"] == want["ops"][op]["config"]["variant"], op
+
+
+@pytest.mark.parametrize("rep", REPS)
+def test_stability_bound_below_every_setting_and_host_ahead(rep):
+    for sj in (STABILITY / rep / "sessions").glob("*/tp2/point/session.json"):
+        sess = json.loads(sj.read_text())
+        runs = {c: json.loads((sj.parent / p).read_text()) for c, p in sess["runs"].items()}
+        bound = next(r for c, r in runs.items() if c.endswith("-nocomm"))
+        for c, r in runs.items():
+            assert r["status"] == "ok", c
+            assert r["host"]["host_ahead"] is True, c
+            assert r["environment"]["env"]["UB_SKIPMC"] == "1"
+            if r is not bound:
+                assert bound["timing"]["total_ms"]["median"] < r["timing"]["total_ms"]["median"], c
+            if r["variant"].startswith("ub."):
+                assert r["correctness"]["ok"], c
+    dec = json.loads((STABILITY / rep / "decisions.json").read_text())
+    assert dec["meta"]["measurement"]["bound_faults"] == []
+
+
+def test_stability_runs_agree_or_call_the_difference_a_tie():
+    decs = {rep: json.loads((STABILITY / rep / "decisions.json").read_text()) for rep in REPS}
+    assert len({d["meta"]["model_tp"] for d in decs.values()}) == 1
+    for op in ("qkv", "proj", "fc1", "fc2"):
+        chosen = {rep: d["ops"][op]["config"]["case"] or "none" for rep, d in decs.items()}
+        assert len({d["ops"][op]["tp"] for d in decs.values()}) == 1
+        for rep, d in decs.items():
+            others = set(chosen.values()) - {chosen[rep]}
+            ties = {t["case"] for t in d["ops"][op]["ties"]}
+            # a run whose choice differs from another's names that choice as a tie, or is named by it
+            for o in others:
+                other_rep = next(r for r, c in chosen.items() if c == o)
+                named = {t["case"] for t in decs[other_rep]["ops"][op]["ties"]}
+                assert o in ties or chosen[rep] in named, (op, rep, o)

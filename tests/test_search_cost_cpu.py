@@ -24,11 +24,13 @@ def _run(workdir, pool, mode):
 
 def test_bisect_against_grid(workdir, pool_dir):
     bisect, grid = _run(workdir, pool_dir, "bisect"), _run(workdir, pool_dir, "grid")
-    measured = lambda run: sorted(p.parent.name for p in (run / "cases/fc1/tp2").glob("chunked.*/run.json"))  # noqa: E731
+    measured = lambda run: sorted({p.parent.name for p in (run / "sessions/fc1/tp2/chunks").glob(  # noqa: E731
+        "step*/chunked.*/run.json")})
     assert measured(grid) == sorted(f"chunked.n{n}" for n in CHUNKS)
+    assert len(list((grid / "sessions/fc1/tp2/chunks").glob("step*/session.json"))) == 1  # one side-by-side session
     assert 2 <= len(measured(bisect)) < len(CHUNKS)
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks/search_cost.py"), "--search", str(bisect),
                         "--grid", str(grid), "--op", "fc1", "--tp", "2"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     print(p.stdout)
-    assert "search/grid GPU-seconds" in p.stdout and "search winner" in p.stdout
+    assert "search/grid GPU-seconds" in p.stdout and "search winner in the grid session" in p.stdout

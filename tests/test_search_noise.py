@@ -77,10 +77,11 @@ def test_cost_order():
     order = ["qkv-tp2-ub.te+wgrad.bulk.sm8",       # smaller TP first
              "qkv-tp4-none",                       # no overlap before overlap
              "qkv-tp4-chunked.n2", "qkv-tp4-chunked.n4",
-             "qkv-tp4-ub.te+fprop.ring",           # ring's 1 SM
-             "qkv-tp4-ub.te+dgrad.bulk.sm2",
-             "qkv-tp4-ub.te+dgrad.bulk",           # bulk's TE default: 16 SMs
-             "qkv-tp4-ub.te+dgrad.bulk.sm24"]
+             # SMs of the op's effective ub_cfgs (TE defaults: fprop ring 1, dgrad/wgrad bulk 16 each)
+             "qkv-tp4-ub.te+dgrad.bulk.sm2",       # 1 + 2 + 16
+             "qkv-tp4-ub.te+dgrad.bulk",           # 1 + 16 + 16, the same setting as ub.te ...
+             "qkv-tp4-ub.te+fprop.ring",           # ... and so is this: equal cost, then by id
+             "qkv-tp4-ub.te+dgrad.bulk.sm24"]      # 1 + 24 + 16
     assert sorted(reversed(order), key=cost_key) == order
     assert cheaper("proj-tp4-ub.te+fprop.pipe.sm8", "proj-tp4-ub.te+fprop.ring") == "proj-tp4-ub.te+fprop.ring"
 

@@ -21,9 +21,13 @@ def smk(workdir, *args, check=True):
     return p
 
 
-def planned_profiles(dry_run_text: str) -> list[str]:
-    """(op, tp, variant) of the profile jobs a dry run lists (their output lines)."""
-    return sorted(re.findall(r"^\s+output: \S*/cases/(\w+)/tp(\d+)/([^/\s]+)/run\.json$", dry_run_text, re.M))
+def planned_sessions(dry_run_text: str) -> list[tuple]:
+    """(op, tp, session) of the measuring jobs a dry run lists: search steps ("<dim>/step<k>") and
+    TP points ("point"), from their output lines."""
+    steps = re.findall(r"^\s+output: \S*/search/(\w+)/tp(\d+)/([a-z_.]+/step\d+)\.json$", dry_run_text, re.M)
+    points = [(op, tp, "point") for op, tp in
+              re.findall(r"^\s+output: \S*/search/(\w+)/tp(\d+)/point\.json$", dry_run_text, re.M)]
+    return sorted(steps + points)
 
 
 def write_cfg(workdir, pool_dir, **over):
@@ -50,9 +54,9 @@ def finished(tmp_path_factory):
     return workdir, pool, dry.stdout + dry.stderr
 
 
-def test_dry_run_lists_profiling_jobs(finished):
+def test_dry_run_lists_measuring_jobs(finished):
     _, _, dry = finished
-    assert ("qkv", "2", "none") in planned_profiles(dry)
+    assert ("qkv", "2", "chunks/step0") in planned_sessions(dry)
     assert "search_step" in dry and "checkpoint" in dry
 
 
@@ -75,17 +79,28 @@ def test_report_and_configs(finished):
     assert (ok["fwd_comm_ms"].fill_null(0) >= 0).all()
     for case in ("qkv-tp2-none", "qkv-tp2-nocomm"):
         assert case in meas["case"].to_list()
+    # every comparison is made inside one session: the point measured references and winners together
+    point = json.loads((run / "sessions/qkv/tp2/point/session.json").read_text())
+    assert {"qkv-tp2-none", "qkv-tp2-nocomm"} <= set(point["members"])
+    assert point["rounds"] >= 2 and all(len(o) >= 1 for o in point["order"])
+    assert point["order"][0] != point["order"][1]  # alternating rounds: the order rotates
+    assert point["canary"]["case"] == "fc2-tp2-none" and point["canary"]["ms"] > 0
+    for rec in decisions["ops"].values():
+        assert rec["rounds"] >= 2 and rec["session"] == "qkv/tp2/point" or rec["op"] != "qkv"
+    assert "drift canary" in report.lower() and "## Memory" in report and "## Sessions" in report
 
 
 def test_failed_case_is_reported_and_others_complete(finished):
     workdir, _, _ = finished
-    run = json.loads((workdir / RUN / "cases/fc2/tp2/chunked.n4/run.json").read_text())
+    run = json.loads((workdir / RUN / "sessions/fc2/tp2/chunks/step0/chunked.n4/run.json").read_text())
     assert run["status"] == "failed" and "injected failure on rank 1" in run["error"]["message"]
+    partner = json.loads((workdir / RUN / "sessions/fc2/tp2/chunks/step0/chunked.n2/run.json").read_text())
+    assert partner["status"] == "ok"  # the group restarted and the session went on
     report = (workdir / RUN / "report.md").read_text()
-    assert "`fc2-tp2-chunked.n4`: **exception**" in report
+    assert "`fc2/tp2/chunks/step0` `fc2-tp2-chunked.n4`: **exception**" in report
     failed = subprocess.run([sys.executable, "-m", "tptune", "failed", RUN], cwd=workdir,
                             capture_output=True, text=True).stdout
-    assert "fc2/tp2/chunked.n4/run.json" in failed
+    assert failed.split() == [f"{RUN}/search/fc2/tp2/chunks/step0.json"]
 
 
 def test_second_run_does_nothing(finished):
@@ -94,14 +109,14 @@ def test_second_run_does_nothing(finished):
     assert "Nothing to be done" in p.stdout + p.stderr
 
 
-def test_deleting_one_case_reruns_only_it(finished):
+def test_deleting_one_session_reruns_only_it(finished):
     workdir, _, _ = finished
-    target = workdir / RUN / "cases/qkv/tp2/nocomm/run.json"
+    target = workdir / RUN / "search/qkv/tp2/point.json"
     saved = target.read_bytes()
     target.unlink()
     try:
         dry = smk(workdir, "-n")
-        assert planned_profiles(dry.stdout + dry.stderr) == [("qkv", "2", "nocomm")]
+        assert planned_sessions(dry.stdout + dry.stderr) == [("qkv", "2", "point")]
     finally:
         target.write_bytes(saved)
 
@@ -111,7 +126,7 @@ def test_changing_one_op_reruns_only_its_cases(finished):
     write_cfg(workdir, pool, op_settings={"fc2": {"timing": {"iters": 4}}})
     try:
         dry = smk(workdir, "-n")
-        planned = planned_profiles(dry.stdout + dry.stderr)
+        planned = planned_sessions(dry.stdout + dry.stderr)
         assert planned and {op for op, _, _ in planned} == {"fc2"}
     finally:
         write_cfg(workdir, pool)

@@ -178,8 +178,9 @@ def cmd_join_json(a) -> int:
 
 
 def cmd_rederive(a) -> int:
-    from .rederive import rederive
+    from .rederive import check_recorded, rederive
 
+    check_recorded(Path(a.run_dir))
     s = _settings(str(Path(a.run_dir) / "config.json"))
     for note in rederive(s, Path(a.run_dir)):
         print(note)

@@ -14,6 +14,13 @@ def _write(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=1, default=str))
 
 
+def check_recorded(run_dir: Path) -> None:
+    """Refuse, clearly, a run recorded before side-by-side sessions (nothing here can replay it)."""
+    if not (Path(run_dir) / "sessions").is_dir():
+        raise TptuneError(f"{run_dir}: no sessions/ folder: this run was recorded before side-by-side "
+                          "sessions and cannot be re-derived with this code; re-measure it")
+
+
 def rederive(s, run_dir: Path) -> list[str]:
     from .analyze import collect, session_analysis_path
     from .decide import decide, tp_point, tp_step
@@ -21,9 +28,7 @@ def rederive(s, run_dir: Path) -> list[str]:
     from .workflow import dimensions, step_record
 
     run_dir = Path(run_dir)
-    if not (run_dir / "sessions").is_dir():
-        raise TptuneError(f"{run_dir}: no sessions/ folder: this run was recorded before side-by-side "
-                          "sessions and cannot be re-derived with this code; re-measure it")
+    check_recorded(run_dir)
     notes, finals = [], []
     for op in s.ops:
         points = {}

@@ -31,9 +31,9 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 
 def t975(df: float) -> float:
-    if df < 1:
+    d = int(math.floor(df + 1e-9))  # a Welch df that is an integer up to rounding (5.999...) is that integer
+    if d < 1:
         return math.inf
-    d = int(math.floor(df))
     return _T975[d - 1] if d <= len(_T975) else 1.96
 
 
