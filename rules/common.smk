@@ -59,8 +59,19 @@ def _read(path):
         return json.load(fh)
 
 
+def _ckpt_output(ckpt, **wildcards):
+    """A checkpoint's output, or 'not yet' when an earlier run's file is gone because it reruns now."""
+    from snakemake.exceptions import IncompleteCheckpointException
+    from snakemake.io import checkpoint_target
+
+    job = ckpt.get(**wildcards)
+    if not os.path.exists(job.output[0]):
+        raise IncompleteCheckpointException(job.rule, checkpoint_target(job.output[0]))
+    return job.output[0]
+
+
 def step_file(op, tp, dim, step):
-    return checkpoints.search_step.get(op=op, tp=str(tp), dim=dim, step=str(step)).output[0]
+    return _ckpt_output(checkpoints.search_step, op=op, tp=str(tp), dim=dim, step=str(step))
 
 
 def search_final(op, tp, dim):
@@ -104,12 +115,12 @@ def tp_results_inputs(wc):
 
 
 def tp_point_inputs(wc):
-    return {"results": checkpoints.tp_results.get(op=wc.op, tp=wc.tp).output[0],
+    return {"results": _ckpt_output(checkpoints.tp_results, op=wc.op, tp=wc.tp),
             "model": f"{RUN_DIR}/model.json"}
 
 
 def tp_decision_file(op, tp):
-    return checkpoints.tp_step.get(op=op, tp=str(tp)).output[0]
+    return _ckpt_output(checkpoints.tp_step, op=op, tp=str(tp))
 
 
 def tp_chain(op):
@@ -136,7 +147,7 @@ def op_final_input(wc):
 
 def all_sessions(wc):
     """(search-step or TP-point file, its session folder) of every session this run measured."""
-    checkpoints.searches_done.get()
+    _ckpt_output(checkpoints.searches_done)
     out = []
     for op in S.ops:
         for tp in tp_chain(op)[0]:
@@ -164,3 +175,19 @@ def all_session_jsons(wc):
 
 def all_session_analysis(wc):
     return [d.replace(f"{RUN_DIR}/sessions/", f"{RUN_DIR}/analysis/", 1) + ".parquet" for _, d in all_sessions(wc)]
+
+
+def layer_tps():
+    """TP sizes measured for every op: the layer stage runs at each (nothing when it is disabled)."""
+    if not (S.config.get("layer") or {}).get("enabled", True):
+        return []
+    _ckpt_output(checkpoints.searches_done)
+    return sorted(set.intersection(*(set(tp_chain(op)[0]) for op in S.ops)))
+
+
+def layer_files(wc):
+    return [f"{RUN_DIR}/layer/tp{tp}.json" for tp in layer_tps()]
+
+
+def layer_inputs(wc):
+    return [f"{RUN_DIR}/search/{op}/tp{wc.tp}/point.json" for op in S.ops]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .ops import OP_GEMMS, OPS
+from .ops import LAYER, OP_GEMMS, OPS
 
 METHODS = {"ring": "ring_exchange", "bulk": "bulk", "pipe": "pipeline"}
 METHOD_TOKENS = {v: k for k, v in METHODS.items()}
@@ -161,12 +161,14 @@ def parse_case_id(case_id: str) -> Case:
 
 
 def make_case(op: str, tp: int | str, variant: str | Variant) -> Case:
-    if op not in OPS:
-        raise CaseIdError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
+    if op not in OPS and op != LAYER:
+        raise CaseIdError(f"unknown op {op!r}: expected one of {', '.join(OPS)} (or {LAYER}, a whole block)")
     tp = int(tp)
     if tp < 1:
         raise CaseIdError(f"TP size must be >= 1, got {tp}")
     v = parse_variant(variant) if isinstance(variant, str) else variant
+    if op == LAYER and v.overrides:
+        raise CaseIdError(f"{LAYER} cases take a whole ub_cfgs preset (ub.<name>), not per-GEMM overrides")
     for o in v.overrides:
         if o.gemm not in OP_GEMMS[op]:
             raise CaseIdError(f"op {op} has no overlappable {o.gemm} GEMM (has {', '.join(OP_GEMMS[op])})")

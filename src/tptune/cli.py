@@ -138,6 +138,30 @@ def cmd_tp_point(a) -> int:
     return 0
 
 
+def cmd_layer(a) -> int:
+    """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
+    from .launch import Launcher
+    from .layer import layer_members, layer_record, presets_dir, write_layer
+    from .workflow import canary_case
+
+    s = _settings(a.config, check_hardware=a.measure)
+    run_dir = _run_dir(a)
+    points = {op: json.loads((run_dir / "search" / op / f"tp{a.tp}" / "point.json").read_text()) for op in s.ops}
+    members, tuned = layer_members(s, a.tp, points, run_dir)
+    if a.measure:
+        op_settings = s.op_settings(s.ops[0])
+        op_settings["te"] = {**op_settings.get("te", {}), "presets_dirs": [str(presets_dir(run_dir).resolve())]}
+        op_settings["layer"] = s.config.get("layer") or {}
+        op_settings["check"] = True
+        sdir = run_dir / "sessions" / "layer" / f"tp{a.tp}"
+        rec = Launcher(s.launcher_settings()).session(
+            members, s.model, sdir, op_settings, session_id=f"layer/tp{a.tp}", canary=canary_case(s, a.tp),
+            margin=s.config["decision"]["noise_floor"], faults=s.config.get("faults", {}))
+        print(f"{sdir}: {len(members)} settings x {rec['rounds']} rounds, {rec['stop']}")
+    write_layer(Path(a.out), layer_record(s, a.tp, run_dir, tuned.id))
+    return 0
+
+
 def cmd_tp_step(a) -> int:
     from .decide import tp_step
 
@@ -249,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-measure", dest="measure", action="store_false",
                    help="re-derive from the recorded session (no GPU)")
     p.set_defaults(fn=cmd_tp_point)
+
+    p = sub.add_parser("layer", help="the layer stage of one TP: the tuned combination, TE defaults, presets "
+                                     "and no overlap on a whole transformer block, side by side")
+    for k in ("config", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--no-measure", dest="measure", action="store_false")
+    p.set_defaults(fn=cmd_layer)
 
     p = sub.add_parser("analyze-session", help="trace metrics of every setting of one session")
     p.add_argument("--session", required=True, help="the session folder (holds session.json)")

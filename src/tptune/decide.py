@@ -357,11 +357,27 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
     emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
 
     all_tps = sorted({t for pts in points_by_op.values() for t in pts})
-    for t in all_tps:  # one file per TP measured; the model TP's is tp_comm_overlap_cfg.yaml
+    layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
+             if (run_dir / "layer" / f"tp{t}.json").exists()}
+    if layer:
+        meta["layer"] = {str(t): rec for t, rec in layer.items()}
+        emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
+
+    def cfgs_at(t):
         ub, notes = _ub_cfgs_at(s, points_by_op, t, floor)
+        rec = layer.get(t)
+        if rec and s.backend == "te" and rec.get("winner"):
+            from .layer import presets_dir
+            win = parse_case_id(rec["winner"])
+            ub = ubcfg.load_preset(win.variant.preset, [presets_dir(run_dir)])
+            notes = [f"block-level winner at TP={t} ({rec['num_layers']} layers): {win.variant_id}: {rec['reason']}"] + notes
+        return ub, notes
+
+    for t in all_tps:  # one file per TP measured; the model TP's is tp_comm_overlap_cfg.yaml
+        ub, notes = cfgs_at(t)
         emit.write_tp_comm_overlap_cfg(run_dir / f"tp_comm_overlap_cfg.tp{t}.yaml", ub, model=m.name,
                                        workload=meta["workload"], tp=t, notes=notes)
-    ub, notes = _ub_cfgs_at(s, points_by_op, max(tp, all_tps[0]) if all_tps else 2, floor)
+    ub, notes = cfgs_at(max(tp, all_tps[0]) if all_tps else 2)
     if tp == 1:
         notes.insert(0, "model-level decision: no TP (TP=1); entries are for the smallest TP measured")
     emit.write_tp_comm_overlap_cfg(run_dir / "tp_comm_overlap_cfg.yaml", ub, model=m.name,

@@ -267,7 +267,7 @@ class Launcher:
     def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
         return {"backend": self.settings["backend"], "timing": op_settings["timing"],
                 "check": check and op_settings.get("check", False), "profile": profile,
-                "fault": faults.get(case.id), "te": op_settings.get("te", {})}
+                "fault": faults.get(case.id), "te": op_settings.get("te", {}), "layer": op_settings.get("layer", {})}
 
     def _measure_once(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str],
                       attempts: list) -> dict:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from .model import ModelConfig
 
 OPS = ("qkv", "proj", "fc1", "fc2")
+LAYER = "layer"          # a whole transformer block (the layer stage): its cases are "layer-tp<N>-<variant>"
 COLUMN_OPS = ("qkv", "fc1")
 ROW_OPS = ("proj", "fc2")
 # GEMMs TE can overlap, per op (TE names them "<op>_<gemm>").

@@ -173,6 +173,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows,
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
+        layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),
     )
     out.write_text(text)
     return out

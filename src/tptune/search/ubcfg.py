@@ -70,15 +70,18 @@ def merge_entry(base: dict, update: dict) -> dict:
     return out
 
 
-def load_preset(name: str, presets_dir: str | Path | None = None) -> dict[str, dict]:
+def load_preset(name: str, presets_dir: str | Path | list | None = None) -> dict[str, dict]:
     """Preset ``name`` as a full, validated ten-GEMM ub_cfgs: "te" is TE's defaults; any other name
-    is ``<presets_dir>/<name>.yaml`` (entries merged over TE's defaults, see merge_entry)."""
+    is ``<dir>/<name>.yaml`` in ``presets_dir`` (one folder or a list: a run's own presets, such as
+    its tuned combination, or a user's files for tptune verify), else config/presets (entries merged
+    over TE's defaults, see merge_entry)."""
     cfgs = te_default_ub_cfgs()
     if name == BUILTIN_PRESET:
         return cfgs
-    path = Path(presets_dir or PRESETS_DIR) / f"{name}.yaml"
-    if not path.is_file():
-        raise ValueError(f"ub preset {name!r}: no file {path}")
+    dirs = [Path(d) for d in (presets_dir if isinstance(presets_dir, (list, tuple)) else [presets_dir]) if d]
+    path = next((d / f"{name}.yaml" for d in dirs + [PRESETS_DIR] if (d / f"{name}.yaml").is_file()), None)
+    if path is None:
+        raise ValueError(f"ub preset {name!r}: no file {name}.yaml in {', '.join(map(str, dirs + [PRESETS_DIR]))}")
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"ub preset {path}: expected a mapping of GEMM name -> config")
@@ -89,7 +92,7 @@ def load_preset(name: str, presets_dir: str | Path | None = None) -> dict[str, d
     return cfgs
 
 
-def case_ub_cfgs(case: Case, presets_dir: str | Path | None = None) -> dict[str, dict]:
+def case_ub_cfgs(case: Case, presets_dir: str | Path | list | None = None) -> dict[str, dict]:
     """Full ub_cfgs of a ``ub.*`` case: its preset, then its GemmOverrides on "<op>_<gemm>"."""
     if case.variant.kind != "ub":
         raise ValueError(f"case {case.id}: only ub.* cases have ub_cfgs")

@@ -92,9 +92,9 @@ def _load_yaml(path: str) -> dict:
         return yaml.safe_load(fh)
 
 
-def _ub_cfgs(case: Case) -> dict:
+def _ub_cfgs(case: Case, presets_dirs=None) -> dict:
     from ..search.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
-    return case_ub_cfgs(case)
+    return case_ub_cfgs(case, presets_dirs)
 
 
 class _FakeGather(torch.autograd.Function):
@@ -156,7 +156,7 @@ class TeOpBench:
         if self.kind == "ub":  # validate before touching the GPU
             # ub_cfgs_file: a user's --tp-comm-overlap-cfg YAML, passed to initialize_ub unchanged
             path = self.te_settings.get("ub_cfgs_file")
-            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case)
+            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"))
         self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
         self._ub_groups: list = []
         self._ub_live = False
@@ -392,5 +392,8 @@ def _pg_map() -> list:
         return []
 
 
-def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict) -> TeOpBench:
+def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict):
+    if case.op == "layer":
+        from .te_block import TeBlockBench
+        return TeBlockBench(case, mc, ctx, settings)
     return TeOpBench(case, mc, ctx, settings)

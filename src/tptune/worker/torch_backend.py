@@ -194,5 +194,8 @@ class TorchOpBench:
         pass
 
 
-def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict) -> TorchOpBench:
+def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict):
+    if case.op == "layer":
+        from .torch_block import TorchBlockBench
+        return TorchBlockBench(case, mc, ctx, settings)
     return TorchOpBench(case, mc, ctx)

@@ -1,0 +1,95 @@
+"""The layer stage: the per-op choices proven on a whole transformer block.
+
+Per TP measured for every op, one session (the same harness as the per-op cases: GPU time with the
+host ahead, alternating rounds, ratio intervals) times ``layer.num_layers`` transformer layers of the
+model's real shapes, fwd+bwd, slowest rank, with:
+  te:    no overlap, TE defaults, every configured preset, and the tuned combination (each op's
+         fastest userbuffers setting at that TP, written as the run's preset ``tuned_tp<N>``);
+  torch: no overlap, the bound, and chunked.n<N> with the chunk count most ops chose.
+The block-level winner is the tuned combination unless a reference beats it beyond the noise; then
+the fastest such reference, and the report says so.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from .cases import Case, make_case, parse_case_id
+from .search.noise import compare_points
+from .search.points import point_median
+
+
+def presets_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "presets"
+
+
+def tuned_preset(tp: int) -> str:
+    return f"tuned_tp{tp}"
+
+
+def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> tuple[list[Case], Case]:
+    """The block session's settings and the tuned one among them; writes the tuned preset (te)."""
+    if s.backend == "te":
+        from .decide import _ub_cfgs_at
+
+        cfgs, notes = _ub_cfgs_at(s, {op: {tp: p} for op, p in points_by_op.items()}, tp,
+                                  s.config["decision"]["noise_floor"])
+        d = presets_dir(run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        head = "".join(f"# {n}\n" for n in [f"tuned combination at TP={tp}, per op:"] + notes)
+        (d / f"{tuned_preset(tp)}.yaml").write_text(head + yaml.safe_dump(cfgs, sort_keys=False,
+                                                                           default_flow_style=None))
+        presets = s.config["search"].get("te_presets", [])
+        variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
+        tuned = make_case("layer", tp, f"ub.{tuned_preset(tp)}")
+    else:
+        chunks = [parse_case_id(p["best"]["case"]).variant.chunks for p in points_by_op.values()
+                  if p.get("best") and parse_case_id(p["best"]["case"]).variant.kind == "chunked"]
+        n = Counter(chunks).most_common(1)[0][0] if chunks else 2
+        variants = ["none", "nocomm", f"chunked.n{n}"]
+        tuned = make_case("layer", tp, f"chunked.n{n}")
+    return [make_case("layer", tp, v) for v in dict.fromkeys(variants)], tuned
+
+
+def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
+    """The block-level comparison of one TP from its recorded session."""
+    from .decide import slim
+    from .workflow import read_session
+
+    sess, runs = read_session(run_dir, f"sessions/layer/tp{tp}")
+    pts = {c: slim(p) for c, p in runs.items()}
+    floor = s.config["decision"]["noise_floor"]
+    tuned = pts[tuned_id]
+    rows = []
+    for cid, p in pts.items():
+        row = {"case": cid, "variant": parse_case_id(cid).variant_id, "status": p["status"],
+               "median_ms": None if point_median(p) == float("inf") else point_median(p),
+               "host_ms": (p.get("host") or {}).get("host_ms"),
+               "correct": (runs[cid].get("correctness") or {}).get("ok")}
+        if cid != tuned_id:
+            cmp = compare_points(tuned, p, floor=floor, tie="a")
+            row["tuned_vs"] = cmp.to_dict()
+        rows.append(row)
+    beaten_by = [r for r in rows if r["case"] != tuned_id and r.get("tuned_vs", {}).get("outcome") == 1
+                 and parse_case_id(r["case"]).variant.kind == parse_case_id(tuned_id).variant.kind]
+    if point_median(tuned) == float("inf"):
+        ok = [r for r in rows if r["median_ms"] and parse_case_id(r["case"]).variant.kind
+              == parse_case_id(tuned_id).variant.kind]
+        winner = min(ok, key=lambda r: r["median_ms"])["case"] if ok else None
+        reason = "the tuned combination failed on the block"
+    elif beaten_by:
+        winner = min(beaten_by, key=lambda r: r["median_ms"])["case"]
+        reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
+    else:
+        winner, reason = tuned_id, "no reference beats the tuned combination on the block beyond the noise"
+    return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
+            "num_layers": int((s.config.get("layer") or {}).get("num_layers", 2)), "tuned": tuned_id,
+            "winner": winner, "reason": reason, "settings": rows}
+
+
+def write_layer(path: Path, rec: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rec, indent=1))

@@ -1,0 +1,191 @@
+"""A whole transformer block on the te backend: Megatron-core's TransformerBlock with the TE layer spec.
+
+Case "layer-tp<N>-<variant>": ``num_layers`` (settings["layer"]["num_layers"], default 2) GPT layers
+of the model's real shapes (attention included: TE's fused attention, causal, GQA; gated MLP; RMSNorm;
+no bias), sequence parallel, bf16. Variants: ``none`` (tp_comm_overlap off: TE's NCCL collectives)
+and ``ub.<preset>`` (tp_comm_overlap on, initialize_ub with the preset's full ten-GEMM ub_cfgs; the
+preset is looked up in settings["te"]["presets_dirs"] first, so a run's tuned combination or a
+user's --tp-comm-overlap-cfg file is measured as it is). fwd+bwd of the block is what is timed,
+through the same harness as the per-op cases.
+
+correctness(): the overlapped block against a block with tp_comm_overlap off, same weights (state
+dict copied), input and grad_out: output and input gradient at TE's bf16 criterion (te_backend).
+"""
+from __future__ import annotations
+
+import gc
+
+import torch
+import torch.distributed as dist
+
+from ..cases import Case
+from ..model import ModelConfig
+from .context import TORCH_DTYPES, RankContext
+from .te_backend import ATOL, LAYERNORM_EPS, RTOL, REQUIRE_CUDA, _import_te, _load_yaml, _max_err, _pg_map, _ub_cfgs
+
+DEFAULT_LAYERS = 2
+_SEEDED = False
+
+
+def _seed_rng(seed: int) -> None:
+    """Megatron's model-parallel RNG tracker (TE attention forks it); once per process."""
+    global _SEEDED
+    if _SEEDED:
+        return
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    model_parallel_cuda_manual_seed(seed)
+    _SEEDED = True
+
+
+class TeBlockBench:
+    def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
+        if case.variant.kind not in ("none", "ub"):
+            raise ValueError(f"{case.id}: a layer case is none or ub.<preset> on the te backend")
+        if REQUIRE_CUDA and not ctx.is_cuda:
+            raise ValueError(f"{case.id}: the te backend needs CUDA GPUs (use backend: torch on CPU)")
+        if ctx.world_size != case.tp:
+            raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {ctx.world_size}")
+        w = mc.workload
+        if w.seq_length % case.tp:
+            raise ValueError(f"{case.id}: seq_length={w.seq_length} is not divisible by tp={case.tp}")
+        self.case, self.mc, self.ctx, self.tp = case, mc, ctx, case.tp
+        self.te_settings = dict(settings.get("te") or {})
+        self.layers = int((settings.get("layer") or {}).get("num_layers", DEFAULT_LAYERS))
+        self.dtype = TORCH_DTYPES[w.dtype]
+        self.overlap = case.variant.kind == "ub"
+        self.ub_cfgs = None
+        if self.overlap:
+            path = self.te_settings.get("ub_cfgs_file")
+            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"))
+        self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
+        self._ub_live, self._ub_groups = False, []
+        self.block = None
+        try:
+            if not self.ps.model_parallel_is_initialized():
+                self.ps.initialize_model_parallel(tensor_model_parallel_size=self.tp, create_gloo_process_groups=False)
+            elif self.ps.get_tensor_model_parallel_world_size() != self.tp:
+                raise RuntimeError(f"{case.id}: Megatron model parallel state set up for another TP")
+            _seed_rng(seed)
+            if self.overlap:
+                self._init_ub()
+            torch.manual_seed(seed)
+            self.block = self._build(self.overlap)
+            gen = torch.Generator(device=ctx.device).manual_seed(seed + 17 * ctx.rank)
+            shape = (w.seq_length // self.tp, w.micro_batch_size, mc.model.hidden_size)
+            self.x = torch.randn(shape, generator=gen, device=ctx.device, dtype=self.dtype).requires_grad_(True)
+            self.grad_out = torch.randn(shape, generator=gen, device=ctx.device, dtype=self.dtype)
+            self.out = None
+        except BaseException:
+            self._teardown(collective=False)
+            raise
+
+    def _config(self, overlap: bool):
+        m = self.mc.model
+        return self.TransformerConfig(
+            num_layers=self.layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
+            num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
+            kv_channels=m.kv_channels, gated_linear_unit=m.gated_mlp,
+            activation_func=torch.nn.functional.silu if m.gated_mlp else torch.nn.functional.gelu,
+            add_bias_linear=False, bias_activation_fusion=False, normalization="RMSNorm",
+            layernorm_epsilon=LAYERNORM_EPS, attention_dropout=0.0, hidden_dropout=0.0,
+            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, tp_comm_overlap=overlap,
+            params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16)
+
+    def _build(self, overlap: bool):
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+        from megatron.core.transformer.transformer_block import TransformerBlock
+
+        spec = get_gpt_layer_with_transformer_engine_spec()
+        block = TransformerBlock(self._config(overlap), spec, post_layer_norm=False)
+        return block.to(device=self.ctx.device)
+
+    def _init_ub(self) -> None:
+        base = self.te_base
+        if base.is_ub_initialized():
+            base.destroy_ub()
+        w, h = self.mc.workload, self.mc.model.hidden_size
+        kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": self.tp, "dtype": self.dtype,
+                  "ub_cfgs": self.ub_cfgs}
+        mode = getattr(base, "UserBufferQuantizationMode", None)
+        if mode is not None:
+            kwargs["quantization_modes"] = [mode.NONE]
+        else:
+            kwargs["use_fp8"] = False
+        if self.te_settings.get("bootstrap_backend"):
+            kwargs["bootstrap_backend"] = self.te_settings["bootstrap_backend"]
+        before = set(_pg_map())
+        try:
+            base.initialize_ub(**kwargs)
+            self._ub_live = True
+        finally:
+            self._ub_groups = [pg for pg in _pg_map() if pg not in before]
+
+    def _run(self, block, x):
+        out = block(hidden_states=x, attention_mask=None)
+        return out[0] if isinstance(out, tuple) else out
+
+    def forward(self):
+        self.out = self._run(self.block, self.x)
+        return self.out
+
+    def backward(self):
+        self.out.backward(self.grad_out)
+        self.out = None
+
+    def zero_grad(self):
+        self.x.grad = None
+        for p in self.block.parameters():
+            p.grad = None
+
+    def correctness(self) -> dict:
+        self.zero_grad()
+        out = self._run(self.block, self.x)
+        out.backward(self.grad_out)
+        test = {"output": out.detach(), "input": self.x.grad.detach()}
+        self.zero_grad()
+        del out
+        if not self.overlap:
+            finite = all(bool(torch.isfinite(t).all()) for t in test.values())
+            flag = torch.tensor([0.0 if finite else 1.0], device=self.ctx.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.group)
+            return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": "finite output and input gradient"}
+        ref = self._build(False)
+        ref.load_state_dict(self.block.state_dict(), strict=False)
+        x_ref = self.x.detach().clone().requires_grad_(True)
+        out_ref = self._run(ref, x_ref)
+        out_ref.backward(self.grad_out)
+        refs = {"output": out_ref.detach(), "input": x_ref.grad.detach()}
+        names = sorted(test)
+        errs = torch.tensor([v for n in names for v in _max_err(test[n], refs[n])], device=self.ctx.device,
+                            dtype=torch.float64)
+        dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=self.ctx.group)
+        errs = errs.tolist()
+        abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
+        rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
+        failed = [n for n in names if rel_e[n] > RTOL and abs_e[n] > ATOL]
+        del ref, out_ref, x_ref, refs, test
+        self.ctx.sync()
+        return {"ok": not failed, "failed": failed, "reference": "same block with tp_comm_overlap=False",
+                "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": RTOL, "atol": ATOL,
+                "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
+
+    def close(self):
+        self._teardown(collective=True)
+
+    def _teardown(self, collective: bool) -> None:
+        self.out = self.block = None
+        self.x = self.grad_out = None
+        if self._ub_live:
+            if collective:
+                self.ctx.sync()
+                dist.barrier(group=self.ctx.cpu_group)
+            self.te_base.destroy_ub()
+            self._ub_live = False
+        gc.collect()
+        if collective:
+            for pg in self._ub_groups:
+                try:
+                    dist.destroy_process_group(pg)
+                except Exception:  # noqa: BLE001
+                    pass
+        self._ub_groups = []
