@@ -212,6 +212,20 @@ def cmd_rederive(a) -> int:
     return 0
 
 
+def cmd_verify(a) -> int:
+    from .verify import format_table, run_verify
+
+    wl = {"seq_length": a.seq_length, "micro_batch_size": a.micro_batch_size, "dtype": a.dtype}
+    res = run_verify(a.model, a.tp, a.cfg or [], workload=wl, config_files=a.config or [], layers=a.layers,
+                     ops=a.ops, out_dir=a.work_dir)
+    print(format_table(res))
+    if a.json:
+        _write_json(a.json, res)
+    bad = [r for sess in [res["block"], *(res.get("ops") or {}).values()] for r in sess["rows"]
+           if r["status"] != "ok" or r["numerics"] is False]
+    return 1 if bad else 0
+
+
 def cmd_failed(a) -> int:
     """The search-step / TP-point files whose session has a failed setting (for snakemake -R): a setting
     is re-measured with the settings it is compared to, never alone."""
@@ -318,6 +332,22 @@ def build_parser() -> argparse.ArgumentParser:
                                         "sessions (no GPU)")
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_rederive)
+
+    p = sub.add_parser("verify", help="time and check --tp-comm-overlap-cfg files on this node's GPUs, on a "
+                                      "whole transformer block, against no overlap, TE defaults and presets")
+    p.add_argument("--model", required=True, help="Megatron-style YAML or Hugging Face config.json")
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--cfg", action="append", help="a --tp-comm-overlap-cfg YAML (repeatable)")
+    p.add_argument("--seq-length", type=int)
+    p.add_argument("--micro-batch-size", type=int)
+    p.add_argument("--dtype")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--ops", action="store_true", help="also time each linear op alone")
+    p.add_argument("--config", action="append", help="run config(s) merged over config/config.yaml (launcher, "
+                                                     "timing, presets)")
+    p.add_argument("--json", help="write the result here")
+    p.add_argument("--work-dir", help="keep the sessions here (default: a temporary folder)")
+    p.set_defaults(fn=cmd_verify)
 
     p = sub.add_parser("failed", help="list run.json of failed cases (for snakemake -R)")
     p.add_argument("run_dir")
