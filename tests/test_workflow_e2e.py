@@ -88,6 +88,10 @@ def test_report_and_configs(finished):
     for rec in decisions["ops"].values():
         assert rec["rounds"] >= 2 and rec["session"] == "qkv/tp2/point" or rec["op"] != "qkv"
     assert "drift canary" in report.lower() and "## Memory" in report and "## Sessions" in report
+    # the layer stage: a whole block per TP, its settings side by side, the block-level choice recorded
+    layer = json.loads((run / "layer/tp2.json").read_text())
+    assert layer["winner"] and {r["variant"] for r in layer["settings"]} >= {"none", "nocomm"}
+    assert decisions["meta"]["layer"]["2"]["tuned"] == layer["tuned"] and "## Layer at TP=2" in report
 
 
 def test_failed_case_is_reported_and_others_complete(finished):

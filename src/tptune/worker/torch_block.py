@@ -59,8 +59,9 @@ class TorchBlockBench:
             self.params.append(layer)
         x = torch.randn(w.tokens, m.hidden_size, generator=gen).view(tp, w.tokens // tp, m.hidden_size)[ctx.rank]
         self.x = x.contiguous().to(ctx.device, dt).requires_grad_(True)
-        g = torch.Generator(device="cpu").manual_seed(99 + ctx.rank)
-        self.grad_out = torch.randn(self.x.shape, generator=g).to(ctx.device, dt)
+        g = torch.Generator(device="cpu").manual_seed(99)  # the full gradient, so any TP sees the same one
+        full = torch.randn(w.tokens, m.hidden_size, generator=g).view(tp, w.tokens // tp, m.hidden_size)
+        self.grad_out = full[ctx.rank].contiguous().to(ctx.device, dt)
         self.out = None
 
     def _norm(self, x, w):
