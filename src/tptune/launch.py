@@ -414,8 +414,9 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
         timing[k] = st
     gpu = timing["total_ms"]["median"]
     host_ms = statistics.median(host)
+    on_gpu = all(b["timing"] == "gpu_host_ahead" for b in batches)  # on CPU the host is the device
     return {"case": case_id, "status": "ok", "session": session_id, "timing": timing,
-            "host": {"host_ms": host_ms, "gpu_ms": gpu, "host_bound": host_ms >= gpu,
+            "host": {"host_ms": host_ms, "gpu_ms": gpu, "host_bound": on_gpu and host_ms >= gpu,
                      "host_ahead": all(ahead), "batches": batches}}
 
 
