@@ -76,6 +76,21 @@ def host_launch_ms(bench, ctx, iters: int = HOST_PROBE_ITERS) -> tuple[float, fl
     return dt, a.elapsed_time(b) / iters
 
 
+def _event_iterations(bench, iters: int) -> list[tuple]:
+    """Enqueue ``iters`` fwd+bwd with CUDA events before, between and after (read after a sync)."""
+    marks = []
+    for _ in range(iters):
+        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        e0.record()
+        bench.forward()
+        e1.record()
+        bench.backward()
+        e2.record()
+        bench.zero_grad()
+        marks.append((e0, e1, e2))
+    return marks
+
+
 def _allreduce_host(values: list[float], group, op) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64)
     dist.all_reduce(t, op=op, group=group)
@@ -128,16 +143,7 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
             _iteration(bench)
         s1.record()
         t_batch = time.perf_counter()
-        marks = []
-        for _ in range(iters):
-            e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            e0.record()
-            bench.forward()
-            e1.record()
-            bench.backward()
-            e2.record()
-            bench.zero_grad()
-            marks.append((e0, e1, e2))
+        marks = _event_iterations(bench, iters)
         t_end = time.perf_counter()
         ctx.sync()
         slept = s0.elapsed_time(s1)
@@ -163,17 +169,8 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
 def event_batch(bench, ctx, iters: int) -> dict:
     """CUDA events per iteration with no hold: the harness before GPU-time measurement, which times
     the host's launches whenever the host lags. Kept for benchmarks/measure_noise.py to show the gap."""
-    marks = []
     t0 = time.perf_counter()
-    for _ in range(iters):
-        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        e0.record()
-        bench.forward()
-        e1.record()
-        bench.backward()
-        e2.record()
-        bench.zero_grad()
-        marks.append((e0, e1, e2))
+    marks = _event_iterations(bench, iters)
     host = (time.perf_counter() - t0) * 1e3 / iters
     ctx.sync()
     return {"samples": _split(marks, lambda a, b: a.elapsed_time(b)), "host_ms": host, "timing": "events"}
