@@ -102,6 +102,11 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
     results = _read(run_dir / "search" / op / f"tp{tp}" / "results.json")
     members, tuned = point_members(s, op, tp, results)
     sess, runs = read_session(run_dir, str(session_dir(Path("."), op, tp, "point")))
+    missing = [c.id for c in members if c.id not in runs]
+    if missing:
+        from .errors import TptuneError
+        raise TptuneError(f"{op} TP={tp}: the TP point would measure {', '.join(missing)}, which the recorded "
+                          "session did not; re-measure this run")
     pts = {cid: slim(p) for cid, p in runs.items()}
     refs = {parse_case_id(c).variant_id: pts[c] for c in pts
             if parse_case_id(c).variant.kind in ("none", "nocomm") or "+" not in parse_case_id(c).variant_id}
