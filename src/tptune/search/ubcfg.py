@@ -154,15 +154,17 @@ def load_preset(name: str, presets_dir: str | Path | list | None = None) -> dict
     return cfgs
 
 
-def case_ub_cfgs(case: Case, presets_dir: str | Path | list | None = None) -> dict[str, dict]:
-    """Full ub_cfgs of a ``ub.*`` case: its preset, then its GemmOverrides on "<op>_<gemm>"."""
+def case_ub_cfgs(case: Case, presets_dir: str | Path | list | None = None, *,
+                 workload: str = "bf16") -> dict[str, dict]:
+    """Full ub_cfgs of a ``ub.*`` case: its preset, then its GemmOverrides on "<op>_<gemm>"
+    (validated for ``workload``: "fp8" admits atomic_gemm/fp8_buf where TE honours them)."""
     if case.variant.kind != "ub":
         raise ValueError(f"case {case.id}: only ub.* cases have ub_cfgs")
     cfgs = load_preset(case.variant.preset, presets_dir)
     for o in case.variant.overrides:
         key = f"{case.op}_{o.gemm}"
         cfgs[key] = merge_entry(cfgs[key], o.as_ub_cfg())
-    validate_ub_cfgs(cfgs, source=f"case {case.id}")
+    validate_ub_cfgs(cfgs, source=f"case {case.id}", workload=workload)
     return cfgs
 
 
