@@ -7,7 +7,10 @@ Variant  = none                       collectives on, no overlap (the reference)
          | ub.<preset>[+<gemm>.<method>[.<knob><int>]...]...
                                       TE userbuffers: a named ub_cfgs preset ("te" = TE's defaults),
                                       then per-GEMM overrides, e.g. ub.te+dgrad.bulk.sm8.cga2
-Knobs: sm=num_sm cga=cga_size margin=set_sm_margin split=num_splits agg=aggregate ce=use_ce.
+Knobs: sm=num_sm cga=cga_size margin=set_sm_margin split=num_splits agg=aggregate ce=use_ce
+atomic=atomic_gemm fbuf=fp8_buf rsfirst=pipeline_rs_overlap_first_gemm cprio=comm_priority
+gprio=gemm_priority. CUDA stream priorities are <= 0 (lower is higher priority), so the priority
+tokens carry the magnitude: cprio5 is comm_priority=-5.
 """
 from __future__ import annotations
 
@@ -19,9 +22,12 @@ from .ops import LAYER, OP_GEMMS, OPS
 METHODS = {"ring": "ring_exchange", "bulk": "bulk", "pipe": "pipeline"}
 METHOD_TOKENS = {v: k for k, v in METHODS.items()}
 KNOBS = {"sm": "num_sm", "cga": "cga_size", "margin": "set_sm_margin", "split": "num_splits",
-         "agg": "aggregate", "ce": "use_ce"}
+         "agg": "aggregate", "ce": "use_ce", "atomic": "atomic_gemm", "fbuf": "fp8_buf",
+         "rsfirst": "pipeline_rs_overlap_first_gemm", "cprio": "comm_priority", "gprio": "gemm_priority"}
 KNOB_TOKENS = {v: k for k, v in KNOBS.items()}
-BOOL_KNOBS = {"set_sm_margin", "aggregate", "use_ce"}
+BOOL_KNOBS = {"set_sm_margin", "aggregate", "use_ce", "atomic_gemm", "fp8_buf",
+              "pipeline_rs_overlap_first_gemm"}
+PRIORITY_KNOBS = {"comm_priority", "gemm_priority"}   # CUDA stream priorities: <= 0, token = -value
 KINDS = ("none", "nocomm", "chunked", "ub")
 
 _PRESET_RE = re.compile(r"^[a-z0-9_]+$")
@@ -49,7 +55,7 @@ class GemmOverride:
 
     def token(self) -> str:
         parts = [self.gemm, METHOD_TOKENS[self.method]]
-        parts += [f"{KNOB_TOKENS[k]}{v}" for k, v in self.knobs]
+        parts += [f"{KNOB_TOKENS[k]}{-v if k in PRIORITY_KNOBS else v}" for k, v in self.knobs]
         return ".".join(parts)
 
 
@@ -101,7 +107,10 @@ def make_override(gemm: str, method: str, **knobs: int) -> GemmOverride:
         if name not in KNOB_TOKENS:
             raise CaseIdError(f"unknown TE knob {name!r}: expected one of {', '.join(KNOB_TOKENS)}")
         value = int(value)
-        if value < 0 or (name in BOOL_KNOBS and value > 1):
+        if name in PRIORITY_KNOBS:
+            if value > 0:
+                raise CaseIdError(f"knob {name}={value} out of range (CUDA stream priorities are <= 0)")
+        elif value < 0 or (name in BOOL_KNOBS and value > 1):
             raise CaseIdError(f"knob {name}={value} out of range")
         out.append((name, value))
     return GemmOverride(gemm, method, tuple(sorted(out, key=lambda kv: list(KNOB_TOKENS).index(kv[0]))))
@@ -143,7 +152,8 @@ def parse_variant(s: str) -> Variant:
                 if not km or km.group(1) not in KNOBS:
                     raise CaseIdError(f"variant {s!r}: bad knob {k!r} (expected one of "
                                       f"{', '.join(t + '<int>' for t in KNOBS)})")
-                kv[km.group(1)] = int(km.group(2))
+                name = KNOBS[km.group(1)]
+                kv[name] = -int(km.group(2)) if name in PRIORITY_KNOBS else int(km.group(2))
             if gemm in seen:
                 raise CaseIdError(f"variant {s!r}: GEMM {gemm!r} overridden twice")
             seen.add(gemm)

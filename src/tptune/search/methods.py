@@ -115,3 +115,189 @@ def _ints(values, key: str, lo: int, hi: int) -> list[int]:
     if bad:
         raise ValueError(f"{key}: {bad} not integers in [{lo}, {hi}]")
     return sorted(set(values))
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidate values per knob group (issue 12): every knob TE 2.20 honours, per GEMM of an op.
+# ---------------------------------------------------------------------------------------------
+KNOB_DEFAULTS = {
+    "groups": ["method", "use_ce", "set_sm_margin", "num_sm", "cga_size", "num_splits", "aggregate",
+               "pipeline_rs_overlap_first_gemm", "fp8_buf", "priority"],
+    "num_sm": [1, 2, 4, 8, 16, 24, 32],
+    "cga_size": [1, 2, 4],
+    "set_sm_margin": [0, 1],
+    "num_splits": [2, 4, 8],
+    "aggregate": [0, 1],
+    "use_ce": [1, 0],
+    "pipeline_rs_overlap_first_gemm": [0, 1],
+    "fp8_buf": [0, 1],
+    # (comm_priority, gemm_priority): TE's default first; (0, 0) is TE's default again in C++
+    "priority": [[-5, 0], [-5, -5], [0, -5]],
+}
+UNIMODAL_GROUPS = ("num_sm", "num_splits")      # bisected; the other groups are compared at once
+GROUP_KNOBS = {g: (g,) for g in KNOB_DEFAULTS["groups"]}
+GROUP_KNOBS["priority"] = ("comm_priority", "gemm_priority")
+_AG_RING = ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")   # all-gather ring exchanges
+
+
+def knob_config(config: dict | None = None) -> dict:
+    """The ``knobs`` config section over KNOB_DEFAULTS, checked (ValueError naming the key)."""
+    from .ubcfg import KNOB_RANGES as R
+    cfg = {**KNOB_DEFAULTS, **(config or {})}
+    unknown = set(cfg) - set(KNOB_DEFAULTS)
+    if unknown:
+        raise ValueError(f"knobs: unknown key(s) {sorted(unknown)}")
+    bad = [g for g in cfg["groups"] if g not in GROUP_KNOBS]
+    if bad:
+        raise ValueError(f"knobs.groups: unknown group(s) {bad} (expected {', '.join(GROUP_KNOBS)})")
+    for k in GROUP_KNOBS:
+        if k in ("method", "priority"):
+            continue
+        vals = cfg[k]
+        if not isinstance(vals, (list, tuple)) or not vals or any(
+                isinstance(v, bool) or not isinstance(v, int) or not R[k][0] <= v <= R[k][1] for v in vals):
+            raise ValueError(f"knobs.{k}: expected a non-empty list of integers in [{R[k][0]}, {R[k][1]}], got {vals!r}")
+    pr = cfg["priority"]
+    lo, hi = R["comm_priority"]
+    if (not isinstance(pr, (list, tuple)) or not pr
+            or any(not isinstance(p, (list, tuple)) or len(p) != 2 or any(
+                isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi for x in p) for p in pr)
+            or any(tuple(p) == (0, 0) for p in pr)):
+        raise ValueError(f"knobs.priority: expected [comm, gemm] pairs in [{lo}, {hi}], not [0, 0] "
+                         f"(TE reads 0/0 as its default), got {pr!r}")
+    return cfg
+
+
+def gemm_knob_values(name: str, entry: dict, group: str, config: dict | None = None,
+                     workload: str = "bf16") -> list:
+    """Values of knob ``group`` TE honours for GEMM ``name`` configured as ``entry``, cheapest first;
+    empty when the method does not use the knob (or it cannot matter there). Values are ints, a
+    method name for "method", (comm, gemm) tuples for "priority"."""
+    cfg = knob_config(config)
+    m = entry["method"]
+    if group == "method":
+        ms = [x for x in ("ring_exchange", "pipeline") if x in allowed_methods(name)]
+        return ms if len(ms) > 1 else []
+    if group == "priority":
+        return [tuple(p) for p in cfg["priority"]]
+    if group == "use_ce":
+        return list(cfg["use_ce"]) if m == "ring_exchange" else []
+    if group == "set_sm_margin":
+        return list(cfg["set_sm_margin"])
+    if group == "num_sm":
+        # A copy-engine ring exchange launches signal-only kernels (userbuffers.cu: 1 block); its
+        # num_sm matters only with SM copies (use_ce 0) or as the GEMM's margin (set_sm_margin 1).
+        if m == "ring_exchange" and int(entry.get("use_ce", 1)) and not int(entry.get("set_sm_margin", 0)):
+            return []
+        return sorted(set(cfg["num_sm"]))
+    if group == "cga_size":
+        if m == "ring_exchange" and int(entry.get("use_ce", 1)):
+            return []
+        sm = int(entry.get("num_sm", METHOD_DEFAULTS_SM[m]))
+        # userbuffers.cu: clusterDim = cga_size only when it divides the grid (num_sm), else 1
+        return [c for c in cfg["cga_size"] if sm % c == 0]
+    if group == "num_splits":
+        return sorted(set(cfg["num_splits"])) if m == "pipeline" else []
+    if group == "aggregate":
+        return list(cfg["aggregate"]) if m == "ring_exchange" and name in _AG_RING else []
+    if group == "pipeline_rs_overlap_first_gemm":
+        return list(cfg["pipeline_rs_overlap_first_gemm"]) if m == "pipeline" else []
+    if group == "fp8_buf":
+        ok = workload == "fp8" and m == "pipeline" and name in ("proj_fprop", "fc2_fprop")
+        return list(cfg["fp8_buf"]) if ok else []
+    raise ValueError(f"unknown knob group {group!r}")
+
+
+METHOD_DEFAULTS_SM = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
+
+
+def set_knob(entry: dict, group: str, value) -> dict:
+    """``entry`` with knob group ``group`` at ``value`` (a method change starts from that method's
+    TE defaults, ubcfg.merge_entry)."""
+    from .ubcfg import merge_entry
+    if group == "method":
+        return merge_entry(entry, {"method": value})
+    out = dict(entry)
+    if group == "priority":
+        out["comm_priority"], out["gemm_priority"] = int(value[0]), int(value[1])
+    else:
+        out[group] = int(value)
+    return out
+
+
+def knob_candidates(op: str, tp: int, base: dict, config: dict | None = None,
+                    workload: str = "bf16") -> dict[str, dict[str, list]]:
+    """Per knob group (in the configured order), per GEMM "<op>_<gemm>" of ``op``: the values TE
+    honours there given ``base`` (a ten-GEMM ub_cfgs, e.g. a preset's), cheapest first. GEMMs and
+    groups with nothing to choose are left out. Each value, set alone on ``base``, passes
+    ubcfg.validate_ub_cfgs. Atomic GEMM is not per op (its ring_exchange pairs span qkv/proj and
+    fc1/fc2): see atomic_pair_candidates."""
+    from .ubcfg import validate_ub_cfgs
+    cfg = knob_config(config)
+    out: dict[str, dict[str, list]] = {}
+    for group in cfg["groups"]:
+        per = {}
+        for gemm in OP_GEMMS[op]:
+            name = f"{op}_{gemm}"
+            vals = []
+            for v in gemm_knob_values(name, base[name], group, config, workload):
+                trial = {**base, name: set_knob(base[name], group, v)}
+                try:
+                    validate_ub_cfgs(trial, workload=workload)
+                except ValueError:
+                    continue
+                vals.append(v)
+            if len(vals) > 1 or (vals and vals[0] != current_value(base[name], group)):
+                per[name] = vals
+        if per:
+            out[group] = per
+    return out
+
+
+def current_value(entry: dict, group: str):
+    """The value of knob group ``group`` in ``entry`` (TE's default where the entry omits it)."""
+    from .ubcfg import METHOD_DEFAULTS, TE_COMM_PRIORITY, TE_GEMM_PRIORITY
+    if group == "method":
+        return entry["method"]
+    if group == "priority":
+        return (int(entry.get("comm_priority", TE_COMM_PRIORITY)), int(entry.get("gemm_priority", TE_GEMM_PRIORITY)))
+    if group in entry:
+        return int(entry[group])
+    return int(METHOD_DEFAULTS[entry["method"]].get(group, 0))
+
+
+def atomic_pair_candidates(base: dict, workload: str = "bf16") -> list[dict]:
+    """Whole-block configs for TE's atomic GEMM pairs (FP8 only): ``base``, then each pair
+    (qkv_fprop+proj_fprop, fc1_fprop+fc2_fprop) switched to atomic ring_exchange together, as TE
+    requires. Empty under bf16. These are layer-level candidates (they span two ops)."""
+    from .ubcfg import ATOMIC_PAIRS, merge_entry, validate_ub_cfgs
+    if workload != "fp8":
+        return []
+    out = [base]
+    for ag, rs in ATOMIC_PAIRS:
+        c = {**base, ag: merge_entry(base[ag], {"method": "ring_exchange", "atomic_gemm": 1}),
+             rs: merge_entry(base[rs], {"method": "ring_exchange", "atomic_gemm": 1})}
+        validate_ub_cfgs(c, workload=workload)
+        out.append(c)
+    return out
+
+
+def grid_size(op: str, tp: int, base: dict, config: dict | None = None, workload: str = "bf16") -> int:
+    """Size of the exhaustive grid over the same knob values for ``op``: per GEMM, summed over its
+    methods, the product of every group's value count (each knob counted as if it mattered, i.e.
+    num_sm/cga_size of a ring exchange as with SM copies), multiplied over the op's GEMMs."""
+    groups = [g for g in knob_config(config)["groups"] if g != "method"]
+    total = 1
+    for gemm in OP_GEMMS[op]:
+        name = f"{op}_{gemm}"
+        methods = gemm_knob_values(name, base[name], "method", config, workload) or [base[name]["method"]]
+        n = 0
+        for m in methods:
+            entry = set_knob(base[name], "method", m) if m != base[name]["method"] else dict(base[name])
+            entry.update(use_ce=0, set_sm_margin=1, num_sm=1) if m == "ring_exchange" else entry.update(num_sm=1)
+            k = 1
+            for group in groups:
+                k *= max(1, len(gemm_knob_values(name, entry, group, config, workload)))
+            n += k
+        total *= n
+    return total
