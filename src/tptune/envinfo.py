@@ -8,6 +8,8 @@ import shutil
 import socket
 import subprocess
 
+from .gpupool import slurm_allocation
+
 SAFE_ENV = {
     # NVLink multicast stays off unless the user opts in: on shared hosts it can take a node down.
     "UB_SKIPMC": "1",
@@ -62,6 +64,7 @@ def collect(device_type: str) -> dict:
         "cpu_count": os.cpu_count(),
         "device_type": device_type,
         "env": {k: os.environ.get(k) for k in SAFE_ENV},
+        "scheduler": slurm_allocation(),  # the Slurm job/step and its GPUs, None outside Slurm
     }
     if device_type == "cuda" and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)

@@ -3,6 +3,13 @@
 Snakemake's `resources: gpus=<tp>` keeps the number of GPUs in use within the node, but it does not
 say *which* GPUs a job gets. Each job takes `tp` free ids here; the locks are fcntl locks on open
 files, so a job that is killed frees its GPUs with its process.
+
+Which ids exist at all depends on where the process runs:
+- inside a Slurm allocation (``SLURM_JOB_ID`` set), the GPUs Slurm granted this job or step:
+  ``CUDA_VISIBLE_DEVICES`` as Slurm sets it, else ``SLURM_STEP_GPUS`` / ``SLURM_JOB_GPUS``; an
+  allocation without GPUs has none, whatever the submitting shell exported;
+- elsewhere, ``CUDA_VISIBLE_DEVICES`` if set, else every GPU the driver lists.
+Without an NVIDIA driver there are no GPUs, whatever the variables say.
 """
 from __future__ import annotations
 
@@ -11,29 +18,122 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Mapping
+
+_DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
+_PROBE = object()
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _expand_slurm_ids(value: str) -> list[str]:
+    """SLURM_*_GPUS are comma lists of indices; ranges ("0-3") are expanded for safety."""
+    out: list[str] = []
+    for part in _split(value):
+        lo, sep, hi = part.partition("-")
+        if sep and lo.isdigit() and hi.isdigit():
+            out.extend(str(i) for i in range(int(lo), int(hi) + 1))
+        else:
+            out.append(part)
+    return out
+
+
+def driver_gpu_count() -> int | None:
+    """GPUs the NVIDIA driver lists, or None when there is no driver on this machine."""
+    if _DRIVER_GPUS.is_dir():
+        return len(list(_DRIVER_GPUS.iterdir()))
+    if Path("/dev/nvidiactl").exists():
+        return len([p for p in Path("/dev").glob("nvidia[0-9]*")])
+    return None
+
+
+def slurm_allocation(env: Mapping[str, str] | None = None) -> dict | None:
+    """The Slurm job (and step) this process runs in, or None outside Slurm."""
+    env = os.environ if env is None else env
+    job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    if not job:
+        return None
+    return {"job_id": job, "step_id": env.get("SLURM_STEP_ID"), "node": env.get("SLURMD_NODENAME"),
+            "cluster": env.get("SLURM_CLUSTER_NAME"), "partition": env.get("SLURM_JOB_PARTITION"),
+            "gpus": scheduler_gpu_ids(env)}
+
+
+def scheduler_gpu_ids(env: Mapping[str, str] | None = None) -> list[str] | None:
+    """The GPU ids Slurm granted this process's job or step, or None outside a Slurm allocation.
+
+    ``CUDA_VISIBLE_DEVICES`` comes first: it is what Slurm sets for the job's processes (renumbered
+    from 0 where Slurm constrains devices with cgroups, the physical indices otherwise) and the only
+    one left when a launcher strips the other SLURM_* variables (the Snakemake jobstep does). A
+    ``CUDA_VISIBLE_DEVICES`` with more entries than the allocation's GPU list keeps only the
+    allocation's (or its first ones, when the two are numbered differently).
+    """
+    env = os.environ if env is None else env
+    if not (env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")):
+        return None
+    granted = None
+    for key in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS"):
+        if env.get(key) is not None:
+            granted = _expand_slurm_ids(env[key])
+            break
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and cvd.strip() not in ("", "NoDevFiles"):
+        ids = _split(cvd)
+        if granted is not None and len(ids) > len(granted):
+            inside = [i for i in ids if i in granted]
+            ids = inside if len(inside) == len(granted) else ids[:len(granted)]
+        return ids
+    return granted if granted is not None else []
+
+
+def available_ids(env: Mapping[str, str] | None = None, driver_count=_PROBE) -> list[str]:
+    """Every GPU id this process may hand out (see the module docstring for the order).
+    ``driver_count``: GPUs the driver lists, None for no driver (tests); probed by default."""
+    env = os.environ if env is None else env
+    n_driver = driver_gpu_count() if driver_count is _PROBE else driver_count
+    if n_driver is None:
+        return []
+    granted = scheduler_gpu_ids(env)
+    if granted is not None:
+        return granted
+    vis = env.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return _split(vis)
+    return [str(i) for i in range(n_driver)]
 
 
 def count_gpus() -> int:
-    """GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else the driver's list (no torch import)."""
-    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if vis is not None:
-        return len([v for v in vis.split(",") if v.strip()])
-    drv = Path("/proc/driver/nvidia/gpus")
-    return len(list(drv.iterdir())) if drv.is_dir() else 0
+    """GPUs this process may use (no torch import): the scheduler's grant inside Slurm, else
+    CUDA_VISIBLE_DEVICES if set, else the driver's list."""
+    return len(available_ids())
 
 
 def visible_ids(n: int) -> list[str]:
-    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if vis is not None:
-        return [v.strip() for v in vis.split(",") if v.strip()][:n]
-    return [str(i) for i in range(n)]
+    """The first ``n`` GPU ids this process may use; never an id outside a Slurm allocation."""
+    return available_ids()[:n]
+
+
+def pool_scope(env: Mapping[str, str] | None = None) -> str:
+    """A name for the GPU id namespace of this process: "local", or "slurm-<job>[.<step>]".
+
+    Where Slurm constrains devices, two jobs on one node both see their GPUs as 0, 1, ...: lock
+    files and warm worker groups keyed by id must then live in a folder of their own per allocation
+    (``Path(pool_dir) / pool_scope()``), or one job would wait for, or reach, another's GPUs.
+    """
+    alloc = slurm_allocation(env)
+    if alloc is None:
+        return "local"
+    return f"slurm-{alloc['job_id']}" + (f".{alloc['step_id']}" if alloc["step_id"] not in (None, "") else "")
 
 
 class GpuPool:
-    def __init__(self, lock_dir: str | Path, ids: list[str]):
+    def __init__(self, lock_dir: str | Path, ids: list[str], allowed: list[str] | None = None):
+        """``ids``: the pool. ``allowed``: when given (e.g. ``scheduler_gpu_ids()`` inside Slurm), the
+        pool keeps only those ids, so it never hands out one outside the allocation."""
         self.lock_dir = Path(lock_dir)
         self.lock_dir.mkdir(parents=True, exist_ok=True)
-        self.ids = list(ids)
+        self.ids = [i for i in ids if allowed is None or i in allowed]
 
     def _try_lock(self, gid: str):
         fh = open(self.lock_dir / f"gpu{gid}.lock", "a+")
@@ -50,9 +150,12 @@ class GpuPool:
 
     def try_acquire(self, n: int, prefer: list[list[str]] = ()) -> tuple[list[str], list] | None:
         """Lock ``n`` GPUs now or return None. Sets in ``prefer`` (warm worker groups) are tried first,
-        then aligned blocks (0-1, 2-3 ... for n=2), so TP groups stay on neighbouring GPUs."""
+        then aligned blocks (0-1, 2-3 ... for n=2), so TP groups stay on neighbouring GPUs. A
+        preferred set with an id outside the pool is skipped."""
         if n > len(self.ids):
             raise ValueError(f"a case needs {n} GPUs but the pool has {len(self.ids)} ({self.ids})")
+        pool_ids = set(self.ids)
+        prefer = [p for p in prefer if set(p) <= pool_ids]
         aligned = [self.ids[i:i + n] for i in range(0, len(self.ids) - n + 1, n)]
         for cand in list(prefer) + aligned + [None]:
             held, got = [], []
