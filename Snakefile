@@ -9,6 +9,24 @@ min_version("9.21")
 configfile: "config/config.yaml"
 
 
+# Bookkeeping runs where snakemake runs (under Slurm: the submitting host), never as a cluster job;
+# only measurement and trace analysis are submitted.
+localrules:
+    model,
+    plan,
+    search_step,
+    search_result,
+    tp_results,
+    tp_point,
+    tp_step,
+    op_final,
+    searches_done,
+    collect,
+    decide,
+    report,
+    all,
+
+
 include: "rules/common.smk"
 include: "rules/plan.smk"
 include: "rules/analyze.smk"

@@ -89,19 +89,21 @@ def _prev_step(wc):
     return f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/{wc.dim}/step{step - 1}.json" if step > 0 else None
 
 
-def search_step_inputs(wc):
+def measure_step_inputs(wc):
     ins = {"model": f"{RUN_DIR}/model.json"}
     if int(wc.step) > 0:
         ins["prev"] = step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1)
     return ins
 
 
-def step_gpus(wc):
-    """GPUs a step holds: its TP when it measures a session, none when there is nothing to measure
-    (a single-candidate dimension)."""
-    prev_path = _prev_step(wc)
-    prev = _read(prev_path) if prev_path else None
-    return int(wc.tp) if wf.step_cases(S, wc.op, int(wc.tp), wc.dim, prev) else 0
+def search_step_inputs(wc):
+    """The previous step's record and this step's session (none for a single-candidate dimension:
+    there is nothing to measure)."""
+    ins = measure_step_inputs(wc)
+    prev = _read(ins["prev"]) if "prev" in ins else None
+    if wf.step_cases(S, wc.op, int(wc.tp), wc.dim, prev):
+        ins["session"] = f"{RUN_DIR}/sessions/{wc.op}/tp{wc.tp}/{wc.dim}/step{wc.step}/session.json"
+    return ins
 
 
 def search_result_input(wc):

@@ -1,8 +1,31 @@
-# Data-dependent searches. Each step of each binary search (one op, TP and dimension) is one
-# checkpoint job on TP GPUs: it measures the points the step compares side by side, in one session
-# (alternating rounds on one warm worker group), then decides what the next step measures. The TP
-# point of each (op, TP) is one such session too: references, bound, the searches' winners and the
-# tuned combinations. The TP decision of each op is a chain of checkpoints: TP*2 only when TP passed.
+# Data-dependent searches. Each step of each binary search (one op, TP and dimension) is a GPU job
+# that measures the points the step compares side by side, in one session (alternating rounds on one
+# warm worker group), then a checkpoint that decides what the next step measures. The TP point of each
+# (op, TP) is one such session too: references, bound, the searches' winners and the tuned
+# combinations. The TP decision of each op is a chain of checkpoints: TP*2 only when TP passed.
+# Measuring and deciding are separate jobs so that, under Slurm, the GPU jobs can be grouped into
+# submissions and the bookkeeping runs on the submitting host (a group may hold no checkpoint).
+rule measure_step:
+    output:
+        f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/{{dim}}/step{{step}}/session.json",
+    input:
+        unpack(measure_step_inputs),
+        cfg=ancient(CONFIG_JSON),
+    params:
+        settings=search_params,
+        prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
+    resources:
+        gpus=lambda wc: int(wc.tp),
+    threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
+    log:
+        f"{RUN_DIR}/logs/measure/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
+    conda:
+        "../envs/tptune.yaml"
+    shell:
+        "tptune measure-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        " --dim {wildcards.dim} --step {wildcards.step} {params.prev} > {log} 2>&1"
+
+
 checkpoint search_step:
     output:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/step{{step}}.json",
@@ -12,15 +35,12 @@ checkpoint search_step:
     params:
         settings=search_params,
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
-    resources:
-        gpus=step_gpus,
-    threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune search-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune search-step --no-measure --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --dim {wildcards.dim} --step {wildcards.step} {params.prev} --out {output} > {log} 2>&1"
 
 
@@ -50,9 +70,9 @@ checkpoint tp_results:
         "tptune join-json --out {output} {input.results} > {log} 2>&1"
 
 
-rule tp_point:
+rule measure_point:
     output:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/point.json",
+        f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/point/session.json",
     input:
         unpack(tp_point_inputs),
         cfg=ancient(CONFIG_JSON),
@@ -62,11 +82,27 @@ rule tp_point:
         gpus=lambda wc: int(wc.tp),
     threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
+        f"{RUN_DIR}/logs/measure/{{op}}-tp{{tp}}-point.log",
+    conda:
+        "../envs/tptune.yaml"
+    shell:
+        "tptune measure-point --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp} > {log} 2>&1"
+
+
+rule tp_point:
+    output:
+        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/point.json",
+    input:
+        session=f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/point/session.json",
+        cfg=ancient(CONFIG_JSON),
+    params:
+        settings=search_params,
+    log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-point.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune tp-point --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune tp-point --no-measure --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --out {output} > {log} 2>&1"
 
 

@@ -55,7 +55,7 @@ def test_hang_times_out_and_frees_the_slots(pool_dir, tmp_path):
     run, _ = _profile(pool_dir, tmp_path, "fc2-tp2-none", fault="hang:0", case_timeout_s=8)
     assert run["status"] == "failed" and run["error"]["kind"] == "timeout"
     assert time.monotonic() - t0 < 60
-    pool = GpuPool(pool_dir / os.environ.get("USER", str(os.getuid())) / "locks", [str(i) for i in range(8)])
+    pool = GpuPool(pool_dir / os.environ.get("USER", str(os.getuid())) / "local" / "locks", [str(i) for i in range(8)])
     got = pool.try_acquire(8)
     assert got is not None  # every slot free again
     for fh in got[1]:

@@ -123,6 +123,31 @@ def cmd_search_step(a) -> int:
     return 0
 
 
+def cmd_measure_step(a) -> int:
+    from .workflow import session_dir, step_cases, step_session_name
+
+    s = _settings(a.config, check_hardware=True)
+    prev = json.loads(Path(a.prev).read_text()) if a.prev else None
+    cases = step_cases(s, a.op, a.tp, a.dim, prev)
+    if not cases:
+        raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
+    _measure_session(s, a.op, a.tp, cases, session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)),
+                     evidence=False)
+    return 0
+
+
+def cmd_measure_point(a) -> int:
+    from .workflow import point_contenders, point_members, session_dir
+
+    s = _settings(a.config, check_hardware=True)
+    run_dir = _run_dir(a)
+    results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
+    members, _ = point_members(s, a.op, a.tp, results)
+    _measure_session(s, a.op, a.tp, members, session_dir(run_dir, a.op, a.tp, "point"),
+                     contenders=point_contenders(members))
+    return 0
+
+
 def cmd_tp_point(a) -> int:
     from .decide import tp_point
     from .workflow import point_contenders, point_members, session_dir
@@ -278,6 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-measure", dest="measure", action="store_false",
                    help="re-derive from the recorded session (no GPU)")
     p.set_defaults(fn=cmd_search_step)
+
+    for name, fn, doc in (("measure-step", cmd_measure_step, "measure one search step's points side by side"),
+                          ("measure-point", cmd_measure_point, "measure one TP point's settings side by side")):
+        p = sub.add_parser(name, help=doc)
+        for k in ("config", "op"):
+            p.add_argument(f"--{k}", required=True)
+        p.add_argument("--tp", type=int, required=True)
+        if name == "measure-step":
+            p.add_argument("--dim", required=True)
+            p.add_argument("--step", type=int, required=True)
+            p.add_argument("--prev")
+        p.set_defaults(fn=fn)
 
     p = sub.add_parser("tp-point", help="best setting of one op at one TP: its references, the searches' "
                                         "winners and the tuned combination measured side by side")

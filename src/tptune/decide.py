@@ -277,8 +277,8 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
         p = pts[tp]
         q = _best_at(p, floor)[0] if which == "fastest" else p.get(which)
         t = point_median(q)
-        if t == float("inf"):
-            return None
+        if t == float("inf"):  # a failed reference: the sum cannot be judged (the rule says so)
+            return make_point(f"all-tp{tp}-{which}", status="failed")
         total += t
         refs = [_best_at(p, floor)[0], p.get("none"), p.get("nocomm")]
         common = sorted(set.intersection(*(set(point_rounds(r)) for r in refs if r))) if all(refs) else []

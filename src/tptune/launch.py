@@ -18,7 +18,7 @@ from pathlib import Path
 from . import __version__
 from .cases import Case
 from .envinfo import launch_env
-from .gpupool import GpuPool, count_gpus, visible_ids
+from .gpupool import GpuPool, count_gpus, pool_scope, visible_ids
 from .model import ModelConfig
 from .stats import slowest_rank, stats
 from .worker.wire import recv_json, send_json
@@ -145,7 +145,8 @@ class Launcher:
         self.settings = settings
         lc = settings["launcher"]
         self.device = settings["device"]  # cpu | cuda
-        self.pool_dir = Path(lc["pool_dir"]) / os.environ.get("USER", str(os.getuid()))
+        # one namespace per Slurm allocation: two jobs on a node may both see their GPUs as 0, 1, ...
+        self.pool_dir = Path(lc["pool_dir"]) / os.environ.get("USER", str(os.getuid())) / pool_scope()
         self.pool_dir.mkdir(parents=True, exist_ok=True)
         n = count_gpus() if self.device == "cuda" else lc["cpu_slots"]
         ids = visible_ids(n) if self.device == "cuda" else [str(i) for i in range(n)]
