@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
 from slurm.cluster import ClusterError, LocalSlurm, PACKAGES, missing_tools  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 MEASURE_RULES = ("measure_step", "measure_point", "layer")  # the measuring stage: one session a job
 FAULT_CASE = "qkv-tp2-chunked.n4"                              # a worker rank exits mid-case
 
