@@ -134,8 +134,8 @@ CASES = ["qkv-tp2-none", "qkv-tp2-nocomm", "proj-tp2-ub.nvidia_fp8_tp2", "fc1-tp
 
 @pytest.mark.slow
 def test_fp8_cases_use_fp8_userbuffers_autocast_and_fp8_tolerances():
-    # perturb 0.05: beyond bf16's atol (0.001) but within FP8's (0.0625): passes only at FP8 tolerances
-    got = _run(CASES, {"dtype": "fp8", "seq_length": 64, "recipe": "delayed"}, perturb=0.05)
+    # perturb 0.03: beyond bf16's atol (0.001) but within FP8's (0.0625): passes only at FP8 tolerances
+    got = _run(CASES, {"dtype": "fp8", "seq_length": 64, "recipe": "delayed"}, perturb=0.03)
     for rank, res in got.items():
         st = res["_state"]
         assert [i["modes"] for i in st["inits"]] == [["FP8"], ["FP8"]]
@@ -151,7 +151,7 @@ def test_fp8_cases_use_fp8_userbuffers_autocast_and_fp8_tolerances():
             assert corr["ok"] is True, (cid, corr)
             if "-ub." in cid:
                 assert corr["rtol"] == 0.125 and corr["atol"] == 0.0625 and corr["recipe"] == "delayed"
-                # bf16 rounding of the +0.05: above bf16's atol, below FP8's
+                # bf16 rounding of the +0.03: above bf16's atol, below FP8's
                 assert 0.001 < corr["max_abs_err"]["output"] <= 0.0625
         assert any(name == "Linear" for name, _ in res["qkv-tp2-nocomm"]["fwd"])     # the bound, same autocast
 
@@ -181,12 +181,13 @@ def test_fp8_cases_rejected_before_anything_is_built():
         te_backend.check_case(make_case("fc1", 2, "none"), emu)
     delayed = load_model(TINY, {"dtype": "fp8", "seq_length": 64})
     # fp8_buf where TE ignores it, via a user's ub_cfgs file: refused before TE is imported
-    bad = {**{k: dict(v) for k, v in __import__("tptune.search.ubcfg", fromlist=["x"]).te_default_ub_cfgs().items()}}
+    from tptune.search.ubcfg import te_default_ub_cfgs
+
+    bad = te_default_ub_cfgs()
     bad["qkv_fprop"]["fp8_buf"] = 1
     with pytest.raises(ValueError, match=r"qkv-tp2-ub.te: ub_cfgs: qkv_fprop: fp8_buf: TE ignores it"):
         te_backend.check_ub_cfgs(bad, make_case("qkv", 2, "ub.te"), delayed, {})
-    bad["qkv_fprop"] = {"method": "ring_exchange", "atomic_gemm": 1}
-    del bad["qkv_fprop"]["atomic_gemm"]
+    bad["qkv_fprop"] = {"method": "ring_exchange"}
     bad["fc1_fprop"] = {"method": "ring_exchange", "atomic_gemm": 1}
     with pytest.raises(ValueError, match="pairing rule"):
         te_backend.check_ub_cfgs(bad, make_case("fc1", 2, "ub.te"), delayed, {"allow_atomic_gemm": True})
