@@ -107,6 +107,12 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
         problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch)")
     if check_hardware and backend == "te" and not te_available():
         problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]')")
+    if mc is not None and mc.workload.is_fp8:
+        # FP8: the torch backend refuses it in one line unless workload.fp8_emulation: bf16; the recipe
+        # must suit the GPU (its compute capability when this node has one, else hardware.gpu).
+        from .search.fp8 import device_capability, fp8_startup_problems
+        cc = device_capability() if has_gpu and check_hardware else None
+        problems.extend(fp8_startup_problems(mc.workload, backend, config.get("hardware"), cc))
     if problems:
         raise ConfigError(source, problems)
     device = "cuda" if has_gpu or (backend == "te" and not check_hardware) else "cpu"

@@ -5,7 +5,11 @@ from dataclasses import dataclass
 
 import torch
 
-TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# The torch dtype of params and of the activations between GEMMs. fp8 keeps them bf16: on the te backend
+# TE quantizes inside its modules (under the workload's recipe); on the torch backend, which has no
+# FP8 GEMMs, an FP8 workload runs only with workload.fp8_emulation: bf16 (settings.resolve refuses it
+# otherwise), i.e. entirely in bf16.
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp8": torch.bfloat16}
 
 
 @dataclass

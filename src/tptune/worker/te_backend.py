@@ -27,9 +27,31 @@ once per process; the userbuffers communicators (and the bootstrap process group
 creates) are built per case and torn down in close(). TE and Megatron are imported inside build(),
 so this module imports on machines without them. settings["te"]["bootstrap_backend"] (optional:
 gloo | nccl | mpi) is passed to initialize_ub; unset, TE picks (mpi if available, else gloo).
+
+FP8 (workload dtype fp8; read from NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b,
+2.20.0.dev0, and NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/fp8_utils.py):
+  - params stay bf16; every variant (none, nocomm, ub.*) runs its forward under
+    ``te.autocast(enabled=True, recipe=<recipe>, amax_reduction_group=<TP group>)`` (TE 2.20's name;
+    ``te.fp8_autocast(enabled, fp8_recipe, fp8_group)`` is its deprecated alias, used only on a TE
+    without ``autocast``), as Megatron's get_fp8_context does; backward runs outside it (TE keeps the
+    recipe state in the autograd context). The recipe (``make_recipe``): delayed = DelayedScaling(
+    fp8_format, amax_history_len=1024, amax_compute_algo="max") (TE's defaults, and NeMo's FP8 mixed
+    precision), current = Float8CurrentScaling, block = Float8BlockScaling, mxfp8 = MXFP8BlockScaling,
+    nvfp4 = NVFP4BlockScaling. The nocomm bound runs the same recipe and amax reduction group.
+  - ub.*: ``initialize_ub(..., quantization_modes=[UserBufferQuantizationMode.FP8])`` (TE 2.20:
+    module/base.py; ``use_fp8=True`` on a TE without the enum), after search.fp8.validate_fp8_ub_cfgs.
+  - before anything is built, the recipe is checked against the GPU's compute capability
+    (model.recipe_device_problem: MXFP8/NVFP4 need Blackwell).
+  - numerics: the overlapped layer against the no-overlap layer under the same recipe and the same
+    scaling state (the reference loads the layer's state dict, TE's FP8 metadata included, before
+    either runs), at the FP8 tolerances of TE's own comm+GEMM overlap tests (RTOL_FP8, ATOL_FP8).
+  - TE's amax all-reduce (FP8GlobalStateManager.reduce_tensor_across_group_op_max, delayed scaling)
+    runs inside ``record_function("tptune.fp8.amax_reduce")``, so a trace can tell it from TP
+    communication (trace.classify AMAX_COMM).
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 
@@ -46,6 +68,14 @@ KINDS = ("none", "nocomm", "ub")
 # TE's numerics check for bf16 comm+GEMM overlap (tests/pytorch/distributed/run_gemm_with_overlap.py):
 # at the element of largest absolute difference, fail if rel. error > RTOL *and* abs. error > ATOL.
 RTOL, ATOL = 0.02, 0.001
+# TE's numerics check for FP8 comm+GEMM overlap, the same criterion at the element of largest |diff|:
+# tests/pytorch/distributed/run_layer_with_overlap.py (layer vs. no-overlap layer): rtol 0.125 and
+# atol 0.0625 "if opts.fp8"; run_gemm_with_overlap.py: rtol 0.125, atol 0.0625 for any quantization
+# (NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b).
+RTOL_FP8, ATOL_FP8 = 0.125, 0.0625
+AMAX_REDUCE_MARK = "tptune.fp8.amax_reduce"
+# make_recipe: DelayedScaling's history (TE's default; NeMo's bf16_with_fp8_mixed uses the same).
+AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO = 1024, "max"
 LAYERNORM_EPS = 1e-5
 REQUIRE_CUDA = True   # tests switch this off to drive the code with stand-in TE/Megatron modules on CPU
 _INSTALL_HINT = "the te backend needs transformer_engine (>= 2.0) and megatron-core (pip install '.[gpu]')"
@@ -63,6 +93,90 @@ def _import_te():
     return te, te_base, parallel_state, mcore_te, TransformerConfig
 
 
+def _import_recipe():
+    try:
+        from transformer_engine.common import recipe as te_recipe
+    except ImportError as exc:
+        raise ImportError(f"{_INSTALL_HINT}: {exc}") from exc
+    return te_recipe
+
+
+def make_recipe(workload, te_recipe=None):
+    """The TE recipe object of an FP8 workload (None for other dtypes)."""
+    if workload.dtype != "fp8":
+        return None
+    from ..model import FP8_RECIPES
+
+    r = te_recipe or _import_recipe()
+    fmt = r.Format.E4M3 if workload.fp8_format == "e4m3" else r.Format.HYBRID
+    cls = getattr(r, FP8_RECIPES[workload.recipe][0], None)
+    if cls is None:
+        raise ValueError(f"FP8 recipe {workload.recipe!r}: this Transformer Engine has no "
+                         f"{FP8_RECIPES[workload.recipe][0]} (TE 2.20 has all of {', '.join(FP8_RECIPES)})")
+    if workload.recipe == "delayed":
+        return cls(fp8_format=fmt, amax_history_len=AMAX_HISTORY_LEN, amax_compute_algo=AMAX_COMPUTE_ALGO)
+    if workload.recipe == "nvfp4":
+        return cls()
+    return cls(fp8_format=fmt)
+
+
+def fp8_autocast(te, recipe, group):
+    """TE's FP8 context: te.autocast (TE >= 2.8's name) or the deprecated te.fp8_autocast."""
+    if hasattr(te, "autocast"):
+        return te.autocast(enabled=True, recipe=recipe, amax_reduction_group=group)
+    return te.fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=group)
+
+
+def ub_quantization_kwargs(te_base, fp8: bool) -> dict:
+    """initialize_ub's quantization argument: [UserBufferQuantizationMode.FP8 or .NONE] (TE 2.20),
+    or the deprecated use_fp8 on a TE without the enum."""
+    mode = getattr(te_base, "UserBufferQuantizationMode", None)
+    if mode is not None:
+        return {"quantization_modes": [mode.FP8 if fp8 else mode.NONE]}
+    return {"use_fp8": fp8}
+
+
+def device_problem(case: Case, mc: ModelConfig, ctx: RankContext) -> str | None:
+    """The recipe against this rank's GPU (compute capability from torch.cuda)."""
+    w = mc.workload
+    if w.dtype != "fp8" or not ctx.is_cuda:
+        return None
+    from ..model import recipe_device_problem
+
+    cc = tuple(torch.cuda.get_device_capability(ctx.device))
+    why = recipe_device_problem(w.recipe, capability=cc, gpu=torch.cuda.get_device_name(ctx.device))
+    return f"{case.id}: {why}" if why else None
+
+
+_AMAX_MARKED = False
+
+
+def mark_amax_reduction() -> None:
+    """Run TE's amax all-reduce inside record_function(AMAX_REDUCE_MARK) (once per process; a TE
+    without FP8GlobalStateManager.reduce_tensor_across_group_op_max is left alone)."""
+    global _AMAX_MARKED
+    if _AMAX_MARKED:
+        return
+    mgr = None
+    for mod in ("transformer_engine.pytorch.quantization", "transformer_engine.pytorch.fp8"):
+        try:
+            mgr = getattr(__import__(mod, fromlist=["FP8GlobalStateManager"]), "FP8GlobalStateManager", None)
+        except ImportError:
+            continue
+        if mgr is not None:
+            break
+    orig = getattr(mgr, "reduce_tensor_across_group_op_max", None) if mgr is not None else None
+    if orig is None:
+        return
+
+    def reduce_marked(tensor, group):
+        with record_function(AMAX_REDUCE_MARK):
+            return orig(tensor, group)
+
+    mgr.reduce_tensor_across_group_op_max = staticmethod(reduce_marked)
+    _AMAX_MARKED = True
+
+
 def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> None:
     """Raise ValueError naming what this backend cannot run (before anything is built)."""
     v = case.variant
@@ -74,15 +188,24 @@ def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> No
         raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {world_size}")
     w = mc.workload
     if w.dtype not in TORCH_DTYPES:
-        raise ValueError(f"{case.id}: dtype {w.dtype!r} not supported (bf16, fp16, fp32)")
+        raise ValueError(f"{case.id}: dtype {w.dtype!r} not supported (bf16, fp16, fp32, fp8)")
+    if w.dtype == "fp8" and w.fp8_emulation:
+        raise ValueError(f"{case.id}: fp8_emulation: {w.fp8_emulation} is the torch backend's; the te backend "
+                         "runs FP8 itself (remove fp8_emulation)")
     if w.seq_length % case.tp:
         raise ValueError(f"{case.id}: seq_length={w.seq_length} is not divisible by tp={case.tp} "
                          "(sequence parallelism splits the sequence)")
     if v.kind == "ub":
         if case.tp < 2:
             raise ValueError(f"{case.id}: userbuffers overlap needs tp >= 2")
-        if w.dtype not in ("bf16", "fp16"):
-            raise ValueError(f"{case.id}: userbuffers overlap runs bf16 or fp16 only, got dtype={w.dtype}")
+        if w.dtype not in ("bf16", "fp16", "fp8"):
+            raise ValueError(f"{case.id}: userbuffers overlap runs bf16, fp16 or fp8, got dtype={w.dtype}")
+        if w.dtype == "fp8":
+            from ..search.fp8 import UB_RECIPES
+            if w.recipe not in UB_RECIPES:
+                raise ValueError(f"{case.id}: recipe {w.recipe!r} cannot use userbuffers (TE's "
+                                 "fill_userbuffers_buffer_for_all_gather: delayed, current and mxfp8 only); "
+                                 "run none/nocomm")
 
 
 def _load_yaml(path: str) -> dict:
@@ -95,6 +218,20 @@ def _load_yaml(path: str) -> dict:
 def _ub_cfgs(case: Case, presets_dirs=None) -> dict:
     from ..search.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
     return case_ub_cfgs(case, presets_dirs)
+
+
+def check_ub_cfgs(cfgs: dict, case: Case, mc: ModelConfig, te_settings: dict) -> None:
+    """The FP8 knobs of a case's ub_cfgs (search.fp8): before anything touches the GPU."""
+    from ..search import fp8
+
+    w = mc.workload
+    try:
+        if w.dtype == "fp8":
+            fp8.validate_fp8_ub_cfgs(cfgs, recipe=w.recipe, allow_atomic=bool(te_settings.get("allow_atomic_gemm")))
+        else:
+            fp8.check_no_fp8_knobs(cfgs, w.dtype)
+    except ValueError as exc:
+        raise ValueError(f"{case.id}: {exc}") from None
 
 
 class _FakeGather(torch.autograd.Function):
@@ -150,6 +287,8 @@ class TeOpBench:
         self.te_settings = dict(settings.get("te") or {})
         self.tp, self.rank = case.tp, ctx.rank
         self.dtype = TORCH_DTYPES[mc.workload.dtype]
+        self.fp8 = mc.workload.dtype == "fp8"
+        self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL, ATOL)
         self.column = parallel_kind(case.op) == "column"
         self.k_in, self.n_out = weight_shape(case.op, mc)
         self.ub_cfgs = None
@@ -157,7 +296,14 @@ class TeOpBench:
             # ub_cfgs_file: a user's --tp-comm-overlap-cfg YAML, passed to initialize_ub unchanged
             path = self.te_settings.get("ub_cfgs_file")
             self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"))
+            check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)
+        why = device_problem(case, mc, ctx)
+        if why:
+            raise ValueError(why)
         self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
+        self.recipe = make_recipe(mc.workload) if self.fp8 else None
+        if self.fp8:
+            mark_amax_reduction()
         self._ub_groups: list = []
         self._ub_live = False
         self.layer = self.norm = self.linear = None
@@ -235,11 +381,7 @@ class TeOpBench:
         w, h = self.mc.workload, self.mc.model.hidden_size
         kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": self.tp, "dtype": self.dtype,
                   "ub_cfgs": self.ub_cfgs}
-        mode = getattr(base, "UserBufferQuantizationMode", None)
-        if mode is not None:
-            kwargs["quantization_modes"] = [mode.NONE]      # = use_fp8=False, without the deprecation
-        else:
-            kwargs["use_fp8"] = False
+        kwargs.update(ub_quantization_kwargs(base, self.fp8))   # [FP8] or [NONE] (= use_fp8, undeprecated)
         if self.te_settings.get("bootstrap_backend"):
             kwargs["bootstrap_backend"] = self.te_settings["bootstrap_backend"]
         before = set(_pg_map())
@@ -300,8 +442,15 @@ class TeOpBench:
                 y = _FakeScatter.apply(y, self.rank, self.tp, self.full_grad)
         return y
 
+    def _autocast(self):
+        """The FP8 recipe's context (a no-op context for other dtypes)."""
+        if not self.fp8:
+            return contextlib.nullcontext()
+        return fp8_autocast(self.te, self.recipe, self.ctx.group)
+
     def forward(self):
-        self.out = self._run(self.x)
+        with self._autocast():
+            self.out = self._run(self.x)
         return self.out
 
     def backward(self):
@@ -319,9 +468,14 @@ class TeOpBench:
     # -- correctness --------------------------------------------------------------------------------
     def correctness(self) -> dict:
         """ub: output and gradients against a no-overlap layer (tp_comm_overlap=False) with the same
-        weights, input and grad_out, by TE's bf16 criterion; worst over ranks. none/nocomm: finite."""
+        weights, input and grad_out, by TE's criterion (bf16 or FP8 tolerances); worst over ranks.
+        FP8: the reference is built and given this layer's state (weights and TE's FP8 scaling state)
+        before either runs, so both run the same recipe from the same scaling state.
+        none/nocomm: finite."""
         self.zero_grad()
-        out = self._run(self.x)
+        ref_layer = self._reference_layer() if self.kind == "ub" else None
+        with self._autocast():
+            out = self._run(self.x)
         out.backward(self.grad_out)
         test = {"output": out.detach(), **{k: g.detach() for k, g in self.gradients().items()}}
         self.zero_grad()
@@ -332,15 +486,12 @@ class TeOpBench:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.group)
             return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": "finite output and gradients",
                     "tensors": sorted(test)}
-        ref_layer = self._tp_layer(overlap=False)
-        with torch.no_grad():
-            ref_params = {"weight": ref_layer.weight}
-            if self.column:
-                ref_params["norm_weight"] = ref_layer.layer_norm_weight
-            for k, p in self._params().items():
-                ref_params[k].copy_(p)
+        ref_params = {"weight": ref_layer.weight}
+        if self.column:
+            ref_params["norm_weight"] = ref_layer.layer_norm_weight
         x_ref = self.x.detach().clone().requires_grad_(True)
-        out_ref = self._run(x_ref, layer=ref_layer)
+        with self._autocast():
+            out_ref = self._run(x_ref, layer=ref_layer)
         out_ref.backward(self.grad_out)
         ref = {"output": out_ref.detach(), "input": x_ref.grad,
                **{k: p.grad for k, p in ref_params.items()}}
@@ -351,12 +502,31 @@ class TeOpBench:
         errs = errs.tolist()
         abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
         rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
-        failed = [n for n in names if rel_e[n] > RTOL and abs_e[n] > ATOL]
+        failed = [n for n in names if rel_e[n] > self.rtol and abs_e[n] > self.atol]
         del ref_layer, out_ref, x_ref, ref, test
         self.ctx.sync()
-        return {"ok": not failed, "failed": failed, "reference": "same layer with tp_comm_overlap=False",
-                "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": RTOL, "atol": ATOL,
-                "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
+        res = {"ok": not failed, "failed": failed, "reference": "same layer with tp_comm_overlap=False",
+               "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": self.rtol, "atol": self.atol,
+               "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
+        if self.fp8:
+            res["recipe"] = self.mc.workload.recipe
+            res["criterion"] = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol "
+                                "and abs>atol at the max |diff|; reference under the same recipe and scaling state")
+        return res
+
+    def _reference_layer(self):
+        """The no-overlap layer with this layer's weights (and, in FP8, TE's scaling state)."""
+        ref_layer = self._tp_layer(overlap=False)
+        with torch.no_grad():
+            if self.fp8:
+                # state_dict carries TE's FP8 metadata (_extra_state: scales, amax history).
+                ref_layer.load_state_dict(self.layer.state_dict(), strict=False)
+            ref_params = {"weight": ref_layer.weight}
+            if self.column:
+                ref_params["norm_weight"] = ref_layer.layer_norm_weight
+            for k, p in self._params().items():
+                ref_params[k].copy_(p)
+        return ref_layer
 
     # -- teardown -------------------------------------------------------------------------------------
     def close(self):

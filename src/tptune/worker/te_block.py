@@ -10,9 +10,22 @@ through the same harness as the per-op cases.
 
 correctness(): the overlapped block against a block with tp_comm_overlap off, same weights (state
 dict copied), input and grad_out: output and input gradient at TE's bf16 criterion (te_backend).
+
+FP8 (workload dtype fp8): TransformerConfig gets Megatron's FP8 fields (fp8=<format>,
+fp8_recipe=<delayed|tensorwise|blockwise|mxfp8>, or fp4="e2m1"/fp4_recipe="nvfp4"; delayed with
+fp8_amax_history_len=1024, fp8_amax_compute_algo="max", the parameters of te_backend.make_recipe),
+so Megatron's TransformerBlock enters its own get_fp8_context as in training; the block's forward
+also runs under te_backend.fp8_autocast with the same recipe (the context Megatron's fp8_autocast
+wraps; nested, Megatron's inner one is the active one, with identical parameters). ub.*: initialize_ub
+with quantization_modes=[FP8] after search.fp8.validate_fp8_ub_cfgs. Numerics at TE's FP8 tolerances,
+the reference loaded with the block's state dict (weights and TE's FP8 scaling state) before either
+runs. Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553: transformer_config.py (fp8, fp8_recipe,
+fp8_amax_history_len, fp8_amax_compute_algo, fp4, fp4_recipe), fp8_utils.py (get_fp8_recipe,
+get_fp8_context).
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 
 import torch
@@ -21,7 +34,10 @@ import torch.distributed as dist
 from ..cases import Case
 from ..model import ModelConfig
 from .context import TORCH_DTYPES, RankContext
-from .te_backend import ATOL, LAYERNORM_EPS, RTOL, REQUIRE_CUDA, _import_te, _load_yaml, _max_err, _pg_map, _ub_cfgs
+from . import te_backend as _tb
+from .te_backend import (ATOL, ATOL_FP8, LAYERNORM_EPS, RTOL, RTOL_FP8, _import_te, _load_yaml, _max_err, _pg_map,
+                         _ub_cfgs, check_ub_cfgs, device_problem, fp8_autocast, make_recipe, mark_amax_reduction,
+                         ub_quantization_kwargs)
 
 DEFAULT_LAYERS = 2
 _SEEDED = False
@@ -41,7 +57,7 @@ class TeBlockBench:
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
         if case.variant.kind not in ("none", "ub"):
             raise ValueError(f"{case.id}: a layer case is none or ub.<preset> on the te backend")
-        if REQUIRE_CUDA and not ctx.is_cuda:
+        if _tb.REQUIRE_CUDA and not ctx.is_cuda:
             raise ValueError(f"{case.id}: the te backend needs CUDA GPUs (use backend: torch on CPU)")
         if ctx.world_size != case.tp:
             raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {ctx.world_size}")
@@ -52,12 +68,26 @@ class TeBlockBench:
         self.te_settings = dict(settings.get("te") or {})
         self.layers = int((settings.get("layer") or {}).get("num_layers", DEFAULT_LAYERS))
         self.dtype = TORCH_DTYPES[w.dtype]
+        self.fp8 = w.dtype == "fp8"
+        self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL, ATOL)
         self.overlap = case.variant.kind == "ub"
         self.ub_cfgs = None
         if self.overlap:
             path = self.te_settings.get("ub_cfgs_file")
             self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"))
+            if self.fp8:
+                from ..search.fp8 import UB_RECIPES
+                if w.recipe not in UB_RECIPES:
+                    raise ValueError(f"{case.id}: recipe {w.recipe!r} cannot use userbuffers (TE: delayed, "
+                                     "current and mxfp8 only); run the layer stage with none")
+            check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)
+        why = device_problem(case, mc, ctx)
+        if why:
+            raise ValueError(why)
         self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
+        self.recipe = make_recipe(w) if self.fp8 else None
+        if self.fp8:
+            mark_amax_reduction()
         self._ub_live, self._ub_groups = False, []
         self.block = None
         try:
@@ -89,7 +119,21 @@ class TeBlockBench:
             add_bias_linear=False, bias_activation_fusion=False, normalization="RMSNorm",
             layernorm_epsilon=LAYERNORM_EPS, attention_dropout=0.0, hidden_dropout=0.0,
             tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, tp_comm_overlap=overlap,
-            params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16)
+            params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
+            **self._fp8_config())
+
+    def _fp8_config(self) -> dict:
+        """Megatron's FP8 (or FP4) TransformerConfig fields for the workload's recipe."""
+        if not self.fp8:
+            return {}
+        from .te_backend import AMAX_COMPUTE_ALGO, AMAX_HISTORY_LEN
+        from ..model import FP8_RECIPES
+
+        w = self.mc.workload
+        if w.recipe == "nvfp4":
+            return {"fp4": "e2m1", "fp4_recipe": "nvfp4"}
+        return {"fp8": w.fp8_format, "fp8_recipe": FP8_RECIPES[w.recipe][1],
+                "fp8_amax_history_len": AMAX_HISTORY_LEN, "fp8_amax_compute_algo": AMAX_COMPUTE_ALGO}
 
     def _build(self, overlap: bool):
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
@@ -106,11 +150,7 @@ class TeBlockBench:
         w, h = self.mc.workload, self.mc.model.hidden_size
         kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": self.tp, "dtype": self.dtype,
                   "ub_cfgs": self.ub_cfgs}
-        mode = getattr(base, "UserBufferQuantizationMode", None)
-        if mode is not None:
-            kwargs["quantization_modes"] = [mode.NONE]
-        else:
-            kwargs["use_fp8"] = False
+        kwargs.update(ub_quantization_kwargs(base, self.fp8))
         if self.te_settings.get("bootstrap_backend"):
             kwargs["bootstrap_backend"] = self.te_settings["bootstrap_backend"]
         before = set(_pg_map())
@@ -121,7 +161,9 @@ class TeBlockBench:
             self._ub_groups = [pg for pg in _pg_map() if pg not in before]
 
     def _run(self, block, x):
-        out = block(hidden_states=x, attention_mask=None)
+        ctx = fp8_autocast(self.te, self.recipe, self.ctx.group) if self.fp8 else contextlib.nullcontext()
+        with ctx:
+            out = block(hidden_states=x, attention_mask=None)
         return out[0] if isinstance(out, tuple) else out
 
     def forward(self):
@@ -139,6 +181,10 @@ class TeBlockBench:
 
     def correctness(self) -> dict:
         self.zero_grad()
+        ref = None
+        if self.overlap:   # built and given the block's state (FP8 scaling state included) before either runs
+            ref = self._build(False)
+            ref.load_state_dict(self.block.state_dict(), strict=False)
         out = self._run(self.block, self.x)
         out.backward(self.grad_out)
         test = {"output": out.detach(), "input": self.x.grad.detach()}
@@ -149,8 +195,6 @@ class TeBlockBench:
             flag = torch.tensor([0.0 if finite else 1.0], device=self.ctx.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.group)
             return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": "finite output and input gradient"}
-        ref = self._build(False)
-        ref.load_state_dict(self.block.state_dict(), strict=False)
         x_ref = self.x.detach().clone().requires_grad_(True)
         out_ref = self._run(ref, x_ref)
         out_ref.backward(self.grad_out)
@@ -162,12 +206,17 @@ class TeBlockBench:
         errs = errs.tolist()
         abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
         rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
-        failed = [n for n in names if rel_e[n] > RTOL and abs_e[n] > ATOL]
+        failed = [n for n in names if rel_e[n] > self.rtol and abs_e[n] > self.atol]
         del ref, out_ref, x_ref, refs, test
         self.ctx.sync()
-        return {"ok": not failed, "failed": failed, "reference": "same block with tp_comm_overlap=False",
-                "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": RTOL, "atol": ATOL,
-                "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
+        res = {"ok": not failed, "failed": failed, "reference": "same block with tp_comm_overlap=False",
+               "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": self.rtol, "atol": self.atol,
+               "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
+        if self.fp8:
+            res["recipe"] = self.mc.workload.recipe
+            res["criterion"] = ("TE run_layer_with_overlap FP8 tolerances: fail if rel>rtol and abs>atol at the "
+                                "max |diff|; reference under the same recipe and scaling state")
+        return res
 
     def close(self):
         self._teardown(collective=True)
