@@ -75,7 +75,7 @@ def test_non_fp8_runs_refuse_fp8_knobs():
 
 def test_strip_then_bf16_rules_then_fp8_rules():
     cfgs = _cfg(proj_fprop={"fp8_buf": 1}, qkv_fprop={"atomic_gemm": 0})
-    with pytest.raises(ValueError, match="unknown knob"):       # today's ubcfg does not know the FP8 knobs
+    with pytest.raises(ValueError, match="needs an FP8 workload"):  # ubcfg knows the FP8 knobs: FP8 only
         validate_ub_cfgs(cfgs)
     validate_ub_cfgs(strip_fp8_knobs(cfgs))
     validate_fp8_ub_cfgs(cfgs, recipe="delayed", allow_atomic=False)
