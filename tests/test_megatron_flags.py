@@ -22,7 +22,7 @@ def test_all_overlapped_is_megatrons_default():
     sw = switches_for({op: UB for op in ("qkv", "proj", "fc1", "fc2")})
     assert sw == {**MEGATRON_FIELDS, "tp_comm_overlap": True}
     assert megatron_flags(sw, "tp_comm_overlap_cfg.yaml") == [
-        "--sequence-parallel", "--tp-comm-overlap", "--tp-comm-overlap-cfg", "tp_comm_overlap_cfg.yaml"]
+        "--sequence-parallel", "--tp-comm-overlap", "--tp-comm-overlap-cfg tp_comm_overlap_cfg.yaml"]
 
 
 def test_nothing_overlapped_means_no_flags():

@@ -389,6 +389,7 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
                                    workload=meta["workload"], tp=max(tp, all_tps[0]) if all_tps else None,
                                    notes=notes)
     emit.write_ub_cfgs_json(run_dir / "ub_cfgs.json", ub)
+    _write_megatron_switches(s, run_dir, ub, meta)
 
     choices = []
     for op, rec in records.items():
@@ -440,3 +441,19 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict
     return {"canary": canaries, "canary_drift": drifts, "worst_drift": worst, "noisy": noisy,
             "warning": warning, "bound_faults": faults, "host_bound": sorted(host_bound),
             "host_behind": sorted(behind)}
+
+
+def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -> None:
+    """Megatron-LM flags and TransformerConfig overrides beside tp_comm_overlap_cfg.yaml: every op
+    overlapped with the emitted ub_cfgs (the block-level choice), the switches that express it."""
+    from .search import megatron_flags as mf
+
+    if s.backend != "te":
+        return
+    try:
+        sw = mf.switches_for({op: {k: v for k, v in ub.items() if k.startswith(op + "_")} for op in mf.OPS})
+    except ValueError as exc:
+        meta["megatron_switches_error"] = str(exc)
+        return
+    mf.write_megatron_flags(run_dir / "megatron_flags.txt", sw, "tp_comm_overlap_cfg.yaml")
+    mf.write_transformer_config_yaml(run_dir / "transformer_config_overrides.yaml", sw)

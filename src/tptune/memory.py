@@ -279,7 +279,7 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
     m, w = model_config.model, model_config.workload
     pp = par["pp"]
     dp = max(1, gpus_per_node // (tp * pp)) if par["dp"] == "auto" else par["dp"]
-    w_b, g_b, o_b = STATE_BYTES[w.dtype]
+    w_b, g_b, o_b = STATE_BYTES[w.params_dtype]  # FP8 training keeps bf16 params (Megatron)
     opt_b = o_b / dp if par["distributed_optimizer"] else o_b
     problems = model_config.tp_problems(tp)
     if m.num_layers % pp:

@@ -6,7 +6,7 @@ takes bytes·(tp-1)/tp / bus_bandwidth + latency. Perfect overlap hides the shor
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -20,10 +20,14 @@ class Hardware:
     gemm_efficiency: float = 0.75     # achieved fraction of peak on large GEMMs
     bus_gbps: float = 200.0           # NCCL bus bandwidth of one collective, GB/s
     latency_us: float = 10.0          # fixed cost of one collective
+    peak_tflops_fp8: float = 1979.0   # dense FP8 of an H100/H200 SXM (FP8 workloads)
+
+    # hardware keys other stages read (the memory floor, FP8's recipe check), not the plan
+    OTHER_KEYS = ("gpu_memory_gb", "gpu")
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Hardware":
-        d = dict(d or {})
+        d = {k: v for k, v in dict(d or {}).items() if k not in cls.OTHER_KEYS}
         unknown = set(d) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"hardware: unknown field(s) {sorted(unknown)}")
@@ -42,13 +46,15 @@ def collective_ms(buffer_bytes: int, tp: int, hw: Hardware) -> float:
 
 def build_plan(mc: ModelConfig, tp_sizes: list[int], hw: Hardware, ops=OPS) -> pl.DataFrame:
     rows = []
-    b = mc.workload.dtype_bytes
+    w = mc.workload
+    if w.is_fp8 and not w.fp8_emulation:  # FP8 GEMMs at FP8 peak; all-gathers move FP8 bytes
+        hw = replace(hw, peak_tflops=hw.peak_tflops_fp8)
     for op in ops:
         for tp in tp_sizes:
             if mc.tp_problems(tp):
                 continue
             for g in op_gemms(op, tp, mc):
-                buf = g.comm_elems * b
+                buf = g.comm_elems * w.comm_bytes(g.collective)
                 t_gemm = gemm_ms(g.flops, hw)
                 t_comm = collective_ms(buf, tp, hw)
                 rows.append({

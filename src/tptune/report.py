@@ -160,6 +160,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
                      "failed": x.get("failed") or []} for x in sessions]
     gpu_s = sum(x.get("gpu_s") or 0.0 for x in sessions) or gpu_s
     yaml_text = (run_dir / "tp_comm_overlap_cfg.yaml").read_text()
+    flags_text = (run_dir / "megatron_flags.txt").read_text() if (run_dir / "megatron_flags.txt").exists() else None
     chunk_text = (run_dir / "chunked_cfg.yaml").read_text()
     env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
@@ -170,7 +171,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         comparison=_comparison(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
         tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=yaml_text,
-        chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows,
+        chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows, flags_text=flags_text,
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
         layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),

@@ -125,7 +125,7 @@ def megatron_flags(switches: dict[str, bool], cfg_path: str | None = None) -> li
         return []
     flags = ["--sequence-parallel", "--tp-comm-overlap"]
     if cfg_path:
-        flags += ["--tp-comm-overlap-cfg", str(cfg_path)]
+        flags.append(f"--tp-comm-overlap-cfg {cfg_path}")  # one flag with its value a line
     for name, default in MEGATRON_FIELDS.items():
         if name == "tp_comm_overlap" or name in NO_CLI_FLAG or switches[name] == default:
             continue
