@@ -234,6 +234,72 @@ def check_ub_cfgs(cfgs: dict, case: Case, mc: ModelConfig, te_settings: dict) ->
         raise ValueError(f"{case.id}: {exc}") from None
 
 
+def finite_result(test: dict, ctx: RankContext, checked: str) -> dict:
+    """none/nocomm numerics: every tensor finite on every rank."""
+    finite = all(bool(torch.isfinite(t).all()) for t in test.values())
+    flag = torch.tensor([0.0 if finite else 1.0], device=ctx.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ctx.group)
+    return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": checked, "tensors": sorted(test)}
+
+
+def reference_result(test: dict, ref: dict, ctx: RankContext, *, rtol: float, atol: float, reference: str,
+                     recipe: str | None = None) -> dict:
+    """TE's criterion, worst over ranks: at the element of largest |diff| of each tensor, fail when the
+    relative error > rtol and the absolute error > atol (bf16 or FP8 tolerances)."""
+    names = sorted(test)
+    errs = torch.tensor([v for n in names for v in _max_err(test[n], ref[n])], device=ctx.device,
+                        dtype=torch.float64)
+    dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=ctx.group)
+    errs = errs.tolist()
+    abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
+    rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
+    failed = [n for n in names if rel_e[n] > rtol and abs_e[n] > atol]
+    res = {"ok": not failed, "failed": failed, "reference": reference, "max_abs_err": abs_e, "max_rel_err": rel_e,
+           "rtol": rtol, "atol": atol,
+           "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
+    if recipe is not None:
+        res["recipe"] = recipe
+        res["criterion"] = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol "
+                            "and abs>atol at the max |diff|; reference under the same recipe and scaling state")
+    return res
+
+
+def start_ub(bench) -> None:
+    """initialize_ub for a bench (an op's layer or a block: te_settings, te_base, mc, tp, dtype, ub_cfgs,
+    fp8), recording the bootstrap process groups it creates so release_ub can destroy them."""
+    base = bench.te_base
+    if base.is_ub_initialized():  # left over from a case that failed before close()
+        base.destroy_ub()
+    w, h = bench.mc.workload, bench.mc.model.hidden_size
+    kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": bench.tp, "dtype": bench.dtype,
+              "ub_cfgs": bench.ub_cfgs}
+    kwargs.update(ub_quantization_kwargs(base, bench.fp8))   # [FP8] or [NONE] (= use_fp8, undeprecated)
+    if bench.te_settings.get("bootstrap_backend"):
+        kwargs["bootstrap_backend"] = bench.te_settings["bootstrap_backend"]
+    before = set(_pg_map())
+    try:
+        base.initialize_ub(**kwargs)
+        bench._ub_live = True
+    finally:
+        bench._ub_groups = [pg for pg in _pg_map() if pg not in before]
+
+
+def release_ub(te_base, ctx: RankContext, live: bool, groups: list, collective: bool) -> None:
+    """destroy_ub once every rank is done with the IPC-shared buffers, then the bootstrap groups."""
+    if live:
+        if collective:
+            ctx.sync()
+            dist.barrier(group=ctx.cpu_group)
+        te_base.destroy_ub()
+    gc.collect()
+    if collective:
+        for pg in groups:  # initialize_ub's bootstrap group: one more per case otherwise
+            try:
+                dist.destroy_process_group(pg)
+            except Exception:  # noqa: BLE001 - a leaked group only costs a few sockets
+                pass
+
+
 class _FakeGather(torch.autograd.Function):
     """nocomm stand-in for the sequence-parallel all-gather: the local tokens go into the rank's slice
     of a full-token buffer (mark_dirty: written in place); backward keeps the rank's slice."""
@@ -375,21 +441,7 @@ class TeOpBench:
                                          device=dev, dtype=dt)
 
     def _init_ub(self) -> None:
-        base = self.te_base
-        if base.is_ub_initialized():  # left over from a case that failed before close()
-            base.destroy_ub()
-        w, h = self.mc.workload, self.mc.model.hidden_size
-        kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": self.tp, "dtype": self.dtype,
-                  "ub_cfgs": self.ub_cfgs}
-        kwargs.update(ub_quantization_kwargs(base, self.fp8))   # [FP8] or [NONE] (= use_fp8, undeprecated)
-        if self.te_settings.get("bootstrap_backend"):
-            kwargs["bootstrap_backend"] = self.te_settings["bootstrap_backend"]
-        before = set(_pg_map())
-        try:
-            base.initialize_ub(**kwargs)
-            self._ub_live = True
-        finally:
-            self._ub_groups = [pg for pg in _pg_map() if pg not in before]
+        start_ub(self)
 
     def _params(self) -> dict[str, torch.nn.Parameter]:
         if self.layer is not None:
@@ -481,11 +533,7 @@ class TeOpBench:
         self.zero_grad()
         del out
         if self.kind != "ub":
-            finite = all(bool(torch.isfinite(t).all()) for t in test.values())
-            flag = torch.tensor([0.0 if finite else 1.0], device=self.ctx.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.group)
-            return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": "finite output and gradients",
-                    "tensors": sorted(test)}
+            return finite_result(test, self.ctx, "finite output and gradients")
         ref_params = {"weight": ref_layer.weight}
         if self.column:
             ref_params["norm_weight"] = ref_layer.layer_norm_weight
@@ -495,23 +543,11 @@ class TeOpBench:
         out_ref.backward(self.grad_out)
         ref = {"output": out_ref.detach(), "input": x_ref.grad,
                **{k: p.grad for k, p in ref_params.items()}}
-        names = sorted(test)
-        errs = torch.tensor([v for n in names for v in _max_err(test[n], ref[n])], device=self.ctx.device,
-                            dtype=torch.float64)
-        dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=self.ctx.group)
-        errs = errs.tolist()
-        abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
-        rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
-        failed = [n for n in names if rel_e[n] > self.rtol and abs_e[n] > self.atol]
-        del ref_layer, out_ref, x_ref, ref, test
+        del ref_layer, out_ref, x_ref
+        res = reference_result(test, ref, self.ctx, rtol=self.rtol, atol=self.atol,
+                               reference="same layer with tp_comm_overlap=False",
+                               recipe=self.mc.workload.recipe if self.fp8 else None)
         self.ctx.sync()
-        res = {"ok": not failed, "failed": failed, "reference": "same layer with tp_comm_overlap=False",
-               "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": self.rtol, "atol": self.atol,
-               "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
-        if self.fp8:
-            res["recipe"] = self.mc.workload.recipe
-            res["criterion"] = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol "
-                                "and abs>atol at the max |diff|; reference under the same recipe and scaling state")
         return res
 
     def _reference_layer(self):
@@ -537,21 +573,8 @@ class TeOpBench:
         self.layer = self.norm = self.linear = None
         self.full_in = self.full_grad = None
         self.x = self.grad_out = None
-        if self._ub_live:
-            if collective:
-                # Every rank must be done with the IPC-shared buffers before any rank frees them.
-                self.ctx.sync()
-                dist.barrier(group=self.ctx.cpu_group)
-            self.te_base.destroy_ub()
-            self._ub_live = False
-        gc.collect()
-        if collective:
-            for pg in self._ub_groups:  # initialize_ub's bootstrap group: one more per case otherwise
-                try:
-                    dist.destroy_process_group(pg)
-                except Exception:  # noqa: BLE001 - a leaked group only costs a few sockets
-                    pass
-        self._ub_groups = []
+        release_ub(self.te_base, self.ctx, self._ub_live, self._ub_groups, collective)
+        self._ub_live, self._ub_groups = False, []
 
 
 def _pg_map() -> list:

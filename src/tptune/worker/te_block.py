@@ -26,18 +26,16 @@ get_fp8_context).
 from __future__ import annotations
 
 import contextlib
-import gc
 
 import torch
-import torch.distributed as dist
 
 from ..cases import Case
 from ..model import ModelConfig
 from .context import TORCH_DTYPES, RankContext
 from . import te_backend as _tb
-from .te_backend import (ATOL, ATOL_FP8, LAYERNORM_EPS, RTOL, RTOL_FP8, _import_te, _load_yaml, _max_err, _pg_map,
-                         _ub_cfgs, check_ub_cfgs, device_problem, fp8_autocast, make_recipe, mark_amax_reduction,
-                         ub_quantization_kwargs)
+from .te_backend import (ATOL, ATOL_FP8, LAYERNORM_EPS, RTOL, RTOL_FP8, _import_te, _load_yaml, _ub_cfgs,
+                         check_ub_cfgs, device_problem, finite_result, fp8_autocast, make_recipe,
+                         mark_amax_reduction, reference_result, release_ub, start_ub)
 
 DEFAULT_LAYERS = 2
 _SEEDED = False
@@ -144,21 +142,7 @@ class TeBlockBench:
         return block.to(device=self.ctx.device)
 
     def _init_ub(self) -> None:
-        base = self.te_base
-        if base.is_ub_initialized():
-            base.destroy_ub()
-        w, h = self.mc.workload, self.mc.model.hidden_size
-        kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": self.tp, "dtype": self.dtype,
-                  "ub_cfgs": self.ub_cfgs}
-        kwargs.update(ub_quantization_kwargs(base, self.fp8))
-        if self.te_settings.get("bootstrap_backend"):
-            kwargs["bootstrap_backend"] = self.te_settings["bootstrap_backend"]
-        before = set(_pg_map())
-        try:
-            base.initialize_ub(**kwargs)
-            self._ub_live = True
-        finally:
-            self._ub_groups = [pg for pg in _pg_map() if pg not in before]
+        start_ub(self)
 
     def _run(self, block, x):
         ctx = fp8_autocast(self.te, self.recipe, self.ctx.group) if self.fp8 else contextlib.nullcontext()
@@ -191,31 +175,16 @@ class TeBlockBench:
         self.zero_grad()
         del out
         if not self.overlap:
-            finite = all(bool(torch.isfinite(t).all()) for t in test.values())
-            flag = torch.tensor([0.0 if finite else 1.0], device=self.ctx.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.group)
-            return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": "finite output and input gradient"}
+            return finite_result(test, self.ctx, "finite output and input gradient")
         x_ref = self.x.detach().clone().requires_grad_(True)
         out_ref = self._run(ref, x_ref)
         out_ref.backward(self.grad_out)
         refs = {"output": out_ref.detach(), "input": x_ref.grad.detach()}
-        names = sorted(test)
-        errs = torch.tensor([v for n in names for v in _max_err(test[n], refs[n])], device=self.ctx.device,
-                            dtype=torch.float64)
-        dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=self.ctx.group)
-        errs = errs.tolist()
-        abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
-        rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
-        failed = [n for n in names if rel_e[n] > self.rtol and abs_e[n] > self.atol]
-        del ref, out_ref, x_ref, refs, test
+        del ref, out_ref, x_ref
+        res = reference_result(test, refs, self.ctx, rtol=self.rtol, atol=self.atol,
+                               reference="same block with tp_comm_overlap=False",
+                               recipe=self.mc.workload.recipe if self.fp8 else None)
         self.ctx.sync()
-        res = {"ok": not failed, "failed": failed, "reference": "same block with tp_comm_overlap=False",
-               "max_abs_err": abs_e, "max_rel_err": rel_e, "rtol": self.rtol, "atol": self.atol,
-               "criterion": "TE run_gemm_with_overlap: fail if rel>rtol and abs>atol at the max |diff|"}
-        if self.fp8:
-            res["recipe"] = self.mc.workload.recipe
-            res["criterion"] = ("TE run_layer_with_overlap FP8 tolerances: fail if rel>rtol and abs>atol at the "
-                                "max |diff|; reference under the same recipe and scaling state")
         return res
 
     def close(self):
@@ -224,17 +193,5 @@ class TeBlockBench:
     def _teardown(self, collective: bool) -> None:
         self.out = self.block = None
         self.x = self.grad_out = None
-        if self._ub_live:
-            if collective:
-                self.ctx.sync()
-                dist.barrier(group=self.ctx.cpu_group)
-            self.te_base.destroy_ub()
-            self._ub_live = False
-        gc.collect()
-        if collective:
-            for pg in self._ub_groups:
-                try:
-                    dist.destroy_process_group(pg)
-                except Exception:  # noqa: BLE001
-                    pass
-        self._ub_groups = []
+        release_ub(self.te_base, self.ctx, self._ub_live, self._ub_groups, collective)
+        self._ub_live, self._ub_groups = False, []
