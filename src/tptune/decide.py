@@ -354,7 +354,8 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
         tp_evidence = tp_evidence + [ev]
     m, w = s.model.model, s.model.workload
     meta = {"model": m.name, "workload": {"seq_length": w.seq_length, "micro_batch_size": w.micro_batch_size,
-                                          "dtype": w.dtype},
+                                          "dtype": w.dtype, **({"recipe": w.recipe} if w.is_fp8 else {})},
+            "precision": w.precision_label,
             "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
             "model_tp_evidence": tp_evidence, "memory": mem,
             "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],

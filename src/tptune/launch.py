@@ -268,7 +268,10 @@ class Launcher:
     def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
         return {"backend": self.settings["backend"], "timing": op_settings["timing"],
                 "check": check and op_settings.get("check", False), "profile": profile,
-                "fault": faults.get(case.id), "te": op_settings.get("te", {}), "layer": op_settings.get("layer", {})}
+                "fault": faults.get(case.id), "layer": op_settings.get("layer", {}),
+                # TE calls atomic GEMMs a beta API: FP8 cases may use them only when the run opts in
+                "te": {**op_settings.get("te", {}),
+                       "allow_atomic_gemm": bool((op_settings.get("search") or {}).get("atomic_gemm", False))}}
 
     def _measure_once(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str],
                       attempts: list) -> dict:
