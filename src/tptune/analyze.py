@@ -15,6 +15,14 @@ PHASE_PREFIX = {"forward": "fwd", "backward": "bwd"}
 METRICS = ("wall_ms", "gemm_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "other_ms")
 
 
+def _patterns(run: dict) -> dict | None:
+    """FP8 runs: their amax all-reduces are not TP communication (trace.classify.fp8_patterns)."""
+    from .trace.classify import fp8_patterns
+
+    w = (run.get("model") or {}).get("workload") or {}
+    return fp8_patterns(w.get("recipe")) if w.get("dtype") == "fp8" else None
+
+
 def _case_frame(run: dict, base: Path) -> pl.DataFrame:
     """Metrics per rank/step/phase of one case's traces; a failed case or unreadable trace gives a
     one-row frame with ``error`` set, so the run goes on and the table shows why."""
@@ -25,7 +33,7 @@ def _case_frame(run: dict, base: Path) -> pl.DataFrame:
         error = "no traces recorded (timing.profile_steps = 0)"
     else:
         try:
-            df = trace_metrics([base / t for t in run["traces"]])
+            df = trace_metrics([base / t for t in run["traces"]], patterns=_patterns(run))
         except (TraceError, ValueError) as exc:
             error = f"trace analysis failed: {exc}"
     if df is None:
