@@ -84,11 +84,6 @@ def search_final(op, tp, dim):
         step += 1
 
 
-def _prev_step(wc):
-    step = int(wc.step)
-    return f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/{wc.dim}/step{step - 1}.json" if step > 0 else None
-
-
 def measure_step_inputs(wc):
     ins = {"model": f"{RUN_DIR}/model.json"}
     if int(wc.step) > 0:

@@ -40,7 +40,7 @@ checkpoint search_step:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune search-step --no-measure --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune search-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --dim {wildcards.dim} --step {wildcards.step} {params.prev} --out {output} > {log} 2>&1"
 
 
@@ -102,7 +102,7 @@ rule tp_point:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune tp-point --no-measure --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune tp-point --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --out {output} > {log} 2>&1"
 
 

@@ -6,8 +6,6 @@ numerics at TE's FP8 tolerances."""
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
-import socket
 import sys
 import types
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from test_te_backend import spawn_two_ranks
 
 from tptune.cases import make_case
 from tptune.model import load_model
@@ -106,27 +105,7 @@ def _rank_main(rank, world, port, case_ids, workload, perturb, te_settings, q):
 
 
 def _run(case_ids, workload, perturb=0.0, te_settings=None):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, 2, port, case_ids, workload, perturb, te_settings or {}, q))
-             for r in range(2)]
-    for p in procs:
-        p.start()
-    got = {}
-    try:
-        for _ in procs:
-            rank, status, payload = q.get(timeout=240)
-            assert status == "ok", payload
-            got[rank] = payload
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    return got
+    return spawn_two_ranks(_rank_main, case_ids, workload, perturb, te_settings or {})
 
 
 CASES = ["qkv-tp2-none", "qkv-tp2-nocomm", "proj-tp2-ub.nvidia_fp8_tp2", "fc1-tp2-ub.te"]
@@ -168,10 +147,8 @@ def test_current_scaling_recipe_and_a_large_error_still_fails():
 
 def test_fp8_cases_rejected_before_anything_is_built():
     from tptune.worker import te_backend
-    from tptune.worker.context import RankContext
 
     te_backend.REQUIRE_CUDA = False
-    ctx = RankContext(0, 2, 0, torch.device("cpu"), None, None)
     block = load_model(TINY, {"dtype": "fp8", "recipe": "block", "seq_length": 64})
     with pytest.raises(ValueError, match="cannot use userbuffers"):
         te_backend.check_case(make_case("fc1", 2, "ub.te"), block)

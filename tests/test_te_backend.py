@@ -273,14 +273,14 @@ def _rank_main(rank: int, world: int, port: int, case_ids: list, perturb: float,
         q.put((rank, "error", f"{exc!r}\n{traceback.format_exc()}"))
 
 
-def _run_two_ranks(case_ids: list, tmp_path: Path, perturb: float = 0.0) -> dict:
+def spawn_two_ranks(target, *args) -> dict:
+    """Run ``target(rank, 2, port, *args, queue)`` on two spawned ranks; {rank: payload} when both say ok."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_rank_main, args=(r, 2, port, case_ids, perturb, str(tmp_path), q))
-             for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, 2, port, *args, q)) for r in range(2)]
     for p in procs:
         p.start()
     got = {}
@@ -295,6 +295,10 @@ def _run_two_ranks(case_ids: list, tmp_path: Path, perturb: float = 0.0) -> dict
             if p.is_alive():
                 p.kill()
     return got
+
+
+def _run_two_ranks(case_ids: list, tmp_path: Path, perturb: float = 0.0) -> dict:
+    return spawn_two_ranks(_rank_main, case_ids, perturb, str(tmp_path))
 
 
 CASES = ["qkv-tp2-none", "qkv-tp2-ub.te", "qkv-tp2-nocomm", "proj-tp2-ub.te", "proj-tp2-nocomm",

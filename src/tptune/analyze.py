@@ -10,6 +10,7 @@ from .cases import parse_case_id
 from .errors import TraceError
 from .search.points import point_stats
 from .trace import overlap_verdict, summarize, trace_metrics
+from .workflow import read_session
 
 PHASE_PREFIX = {"forward": "fwd", "backward": "bwd"}
 METRICS = ("wall_ms", "gemm_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "other_ms")
@@ -99,12 +100,11 @@ def collect(run_dir: Path, session_jsons: list[Path], out: Path) -> pl.DataFrame
     rows, summaries = [], {}
     for sj in session_jsons:
         sj = Path(sj)
-        sess = json.loads(sj.read_text())
+        _, runs = read_session(sj.parent, ".")
         apath = session_analysis_path(run_dir, sj)
         analysis = pl.read_parquet(apath) if apath.exists() else None
         sname = str(sj.parent.resolve().relative_to((Path(run_dir) / "sessions").resolve()))
-        for cid, rel in sess["runs"].items():
-            r = json.loads((sj.parent / rel).read_text())
+        for cid, r in runs.items():
             case = parse_case_id(cid)
             if analysis is not None and "case" in analysis.columns:
                 summary, aerr = case_summary(analysis.filter(pl.col("case") == cid))

@@ -78,15 +78,15 @@ def cmd_profile(a) -> int:
     return 0
 
 
-def _measure_session(s, op: str, tp: int, cases, sdir: Path, contenders=None, evidence: bool = True) -> dict:
+def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contenders=None,
+                     evidence: bool = True) -> dict:
     """Measure ``cases`` side by side in one session (launch.Launcher.session), with the drift canary."""
     from .launch import Launcher
     from .workflow import canary_case
 
     rec = Launcher(s.launcher_settings()).session(
-        cases, s.model, sdir, s.op_settings(op), session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
-        contenders=contenders,
-        canary=canary_case(s, tp), margin=s.config["decision"]["noise_floor"],
+        cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
+        contenders=contenders, canary=canary_case(s, tp), margin=s.config["decision"]["noise_floor"],
         faults=s.config.get("faults", {}), evidence=evidence)
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
@@ -109,17 +109,11 @@ def cmd_analyze_session(a) -> int:
 
 
 def cmd_search_step(a) -> int:
-    from .workflow import session_dir, step_cases, step_record, step_session_name
+    from .workflow import step_record
 
-    s = _settings(a.config, check_hardware=a.measure)
+    s = _settings(a.config)
     prev = json.loads(Path(a.prev).read_text()) if a.prev else None
-    run_dir = _run_dir(a)
-    cases = step_cases(s, a.op, a.tp, a.dim, prev)
-    if cases and a.measure:
-        sdir = session_dir(run_dir, a.op, a.tp, step_session_name(a.dim, a.step))
-        _measure_session(s, a.op, a.tp, cases, sdir, evidence=False)
-    rec = step_record(s, a.op, a.tp, a.dim, a.step, prev, run_dir)
-    _write_json(a.out, rec)
+    _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a)))
     return 0
 
 
@@ -131,8 +125,8 @@ def cmd_measure_step(a) -> int:
     cases = step_cases(s, a.op, a.tp, a.dim, prev)
     if not cases:
         raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
-    _measure_session(s, a.op, a.tp, cases, session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)),
-                     evidence=False)
+    _measure_session(s, s.op_settings(a.op), a.tp, cases,
+                     session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)), evidence=False)
     return 0
 
 
@@ -143,31 +137,22 @@ def cmd_measure_point(a) -> int:
     run_dir = _run_dir(a)
     results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
     members, _ = point_members(s, a.op, a.tp, results)
-    _measure_session(s, a.op, a.tp, members, session_dir(run_dir, a.op, a.tp, "point"),
+    _measure_session(s, s.op_settings(a.op), a.tp, members, session_dir(run_dir, a.op, a.tp, "point"),
                      contenders=point_contenders(members))
     return 0
 
 
 def cmd_tp_point(a) -> int:
     from .decide import tp_point
-    from .workflow import point_contenders, point_members, session_dir
 
-    s = _settings(a.config, check_hardware=a.measure)
-    run_dir = _run_dir(a)
-    if a.measure:
-        results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
-        members, _ = point_members(s, a.op, a.tp, results)
-        _measure_session(s, a.op, a.tp, members, session_dir(run_dir, a.op, a.tp, "point"),
-                         contenders=point_contenders(members))
-    _write_json(a.out, tp_point(s, a.op, a.tp, run_dir))
+    s = _settings(a.config)
+    _write_json(a.out, tp_point(s, a.op, a.tp, _run_dir(a)))
     return 0
 
 
 def cmd_layer(a) -> int:
     """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
-    from .launch import Launcher
     from .layer import layer_members, layer_record, presets_dir, write_layer
-    from .workflow import canary_case
 
     s = _settings(a.config, check_hardware=a.measure)
     run_dir = _run_dir(a)
@@ -178,21 +163,15 @@ def cmd_layer(a) -> int:
         op_settings["te"] = {**op_settings.get("te", {}), "presets_dirs": [str(presets_dir(run_dir).resolve())]}
         op_settings["layer"] = s.config.get("layer") or {}
         op_settings["check"] = True
-        sdir = run_dir / "sessions" / "layer" / f"tp{a.tp}"
-        rec = Launcher(s.launcher_settings()).session(
-            members, s.model, sdir, op_settings, session_id=f"layer/tp{a.tp}", canary=canary_case(s, a.tp),
-            margin=s.config["decision"]["noise_floor"], faults=s.config.get("faults", {}))
-        print(f"{sdir}: {len(members)} settings x {rec['rounds']} rounds, {rec['stop']}")
+        _measure_session(s, op_settings, a.tp, members, run_dir / "sessions" / "layer" / f"tp{a.tp}")
     write_layer(Path(a.out), layer_record(s, a.tp, run_dir, tuned.id))
     return 0
 
 
 def cmd_tp_step(a) -> int:
-    from .decide import tp_step
+    from .decide import tp_step, with_verdict
 
     s = _settings(a.config)
-    from .decide import with_verdict
-
     points = {pt["tp"]: with_verdict(_run_dir(a), pt) for pt in (json.loads(Path(p).read_text()) for p in a.points)}
     _write_json(a.out, tp_step(s, a.op, a.tp, points, _run_dir(a)))
     return 0
@@ -293,15 +272,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_analyze_case)
 
-    p = sub.add_parser("search-step", help="one step of one binary search: measure its points side by side, "
-                                           "then decide what comes next")
+    p = sub.add_parser("search-step", help="one step of one binary search: from its recorded session, "
+                                           "decide what comes next")
     for k in ("config", "op", "dim", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--step", type=int, required=True)
     p.add_argument("--prev")
-    p.add_argument("--no-measure", dest="measure", action="store_false",
-                   help="re-derive from the recorded session (no GPU)")
     p.set_defaults(fn=cmd_search_step)
 
     for name, fn, doc in (("measure-step", cmd_measure_step, "measure one search step's points side by side"),
@@ -316,13 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--prev")
         p.set_defaults(fn=fn)
 
-    p = sub.add_parser("tp-point", help="best setting of one op at one TP: its references, the searches' "
-                                        "winners and the tuned combination measured side by side")
+    p = sub.add_parser("tp-point", help="best setting of one op at one TP, from its recorded session: the "
+                                        "references, the searches' winners and the tuned combinations")
     for k in ("config", "op", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
-    p.add_argument("--no-measure", dest="measure", action="store_false",
-                   help="re-derive from the recorded session (no GPU)")
     p.set_defaults(fn=cmd_tp_point)
 
     p = sub.add_parser("layer", help="the layer stage of one TP: the tuned combination, TE defaults, presets "

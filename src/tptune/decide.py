@@ -184,7 +184,7 @@ def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], run_dir: Pat
         nxt = later[0] if later else None
     rec = {"op": op, "tp": tp, "next": nxt, "measured_tps": sorted(points)}
     if nxt is None:
-        chosen, evidence = tp_decision.tp_result(op, {t: m for t, m in measured.items()}, **_tp_rules(s))
+        chosen, evidence = tp_decision.tp_result(op, measured, **_tp_rules(s))
         floored, ev = _apply_floor(chosen, {**floor, "measured_tps": sorted(points)}, op) if floor else (chosen, None)
         rec.update({"rule_tp": chosen, "chosen_tp": floored, "evidence": evidence + ([ev] if ev else [])})
     return rec
@@ -196,7 +196,7 @@ def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
     floor = s.config["decision"]["noise_floor"]
     points = _points(run_dir, op, final["measured_tps"])
     chosen = final["chosen_tp"]
-    at = points.get(chosen) or points[max(p for p in points if p <= chosen) if min(points) <= chosen else min(points)]
+    at = points.get(chosen) or points[max((t for t in points if t <= chosen), default=min(points))]
     winner, runner_up, comparisons = _best_at(at, floor)
     case = parse_case_id(winner["case"])
     if chosen == 1:
@@ -275,12 +275,13 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
     chosen, total = [], 0.0
     for pts in points_by_op.values():
         p = pts[tp]
-        q = _best_at(p, floor)[0] if which == "fastest" else p.get(which)
+        fastest = _best_at(p, floor)[0]
+        q = fastest if which == "fastest" else p.get(which)
         t = point_median(q)
         if t == float("inf"):  # a failed reference: the sum cannot be judged (the rule says so)
             return make_point(f"all-tp{tp}-{which}", status="failed")
         total += t
-        refs = [_best_at(p, floor)[0], p.get("none"), p.get("nocomm")]
+        refs = [fastest, p.get("none"), p.get("nocomm")]
         common = sorted(set.intersection(*(set(point_rounds(r)) for r in refs if r))) if all(refs) else []
         chosen.append((q, common))
     point = make_point(f"all-tp{tp}-{which}", [total])
@@ -348,8 +349,8 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
         points_by_op[final["op"]] = _points(run_dir, final["op"], final["measured_tps"])
     rule_tp, tp_evidence = model_tp(s, points_by_op)
     mem = memory_floor(s, run_dir)
-    all_measured = sorted({t for pts in points_by_op.values() for t in pts})
-    tp, ev = _apply_floor(rule_tp, {**mem, "measured_tps": all_measured}, "model")
+    all_tps = sorted({t for pts in points_by_op.values() for t in pts})
+    tp, ev = _apply_floor(rule_tp, {**mem, "measured_tps": all_tps}, "model")
     if ev:
         tp_evidence = tp_evidence + [ev]
     m, w = s.model.model, s.model.workload
@@ -360,14 +361,11 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
             "model_tp_evidence": tp_evidence, "memory": mem,
             "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
             "measurement": measurement_summary(run_dir, points_by_op, floor)}
-    emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
-
-    all_tps = sorted({t for pts in points_by_op.values() for t in pts})
     layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
              if (run_dir / "layer" / f"tp{t}.json").exists()}
     if layer:
         meta["layer"] = {str(t): rec for t, rec in layer.items()}
-        emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
+    emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
 
     def cfgs_at(t):
         ub, notes = _ub_cfgs_at(s, points_by_op, t, floor)

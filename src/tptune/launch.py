@@ -193,13 +193,6 @@ class Launcher:
         return proc
 
     # -- one attempt --------------------------------------------------------------------------
-    def _attempt(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict) -> dict:
-        with self.pool.acquire(case.tp, prefer=self._warm_sets(case.tp)) as gpus:
-            t_locked = time.monotonic()
-            res = self._attempt_on(case, mc, out_dir, settings, gpus)
-            res["held_s"] = time.monotonic() - t_locked
-            return res
-
     def _attempt_on(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str]) -> dict:
         lc = self.settings["launcher"]
         group = WorkerGroup(self.pool_dir, gpus, case.tp, self.sig)
@@ -315,6 +308,7 @@ class Launcher:
         attempts: dict[str, list] = {c.id: [] for c in members}
         failed: dict[str, dict] = {}
         order_log, canary_rec, stop_reason = [], None, ""
+        state = session_state({}, contenders, margin)
         active = list(members)
         t_start, wall0 = time.time(), time.monotonic()
         with self.pool.acquire(tp, prefer=self._warm_sets(tp)) as gpus:
@@ -356,8 +350,6 @@ class Launcher:
                                       rounds[case.id], failed.get(case.id), attempts[case.id], session_id)
             write_run_json(dir_of[case.id], run)
             run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
-        points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
-        state = session_state(points, contenders, margin)
         rec = {"session": session_id, "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
                "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
                "margin": margin, "stop": stop_reason, "leader": state.leader,

@@ -18,7 +18,6 @@ no overlap, the bound and the chunked method, and says so.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -64,7 +63,7 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
                out_dir: str | Path | None = None) -> dict:
     from .launch import Launcher
     from .search.noise import compare_points
-    from .workflow import canary_case
+    from .workflow import canary_case, read_session
 
     s = verify_settings(model, tp, workload or {}, list(config_files), layers)
     users = {f"user{i + 1}": (Path(f), load_user_cfg(f)) for i, f in enumerate(cfg_files)}
@@ -92,7 +91,7 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
         sdir = work / "sessions" / op / f"tp{tp}"
         rec = launcher.session(members, s.model, sdir, op_settings, session_id=f"{op}/tp{tp}",
                                canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
-        runs = {c: json.loads((sdir / p).read_text()) for c, p in rec["runs"].items()}
+        _, runs = read_session(sdir, ".")
         none, te = runs.get(f"{op}-tp{tp}-none"), runs.get(f"{op}-tp{tp}-ub.te")
         rows = []
         for cid, r in runs.items():

@@ -100,15 +100,14 @@ def read_session(run_dir: Path, rel: str) -> tuple[dict, dict[str, dict]]:
     return sess, {cid: read_point(d / p) for cid, p in sess["runs"].items()}
 
 
-def step_values(s: Settings, op: str, tp: int, dim_name: str, prev: dict | None) -> list:
+def _step_values(s: Settings, op: str, dim: Dimension, prev: dict | None) -> list:
     """Values step k measures side by side: what step k-1 asked for (step 0: the first points)."""
-    dim = dimensions(s, op, tp)[dim_name]
     return list(prev["next"]) if prev else next_values(s, op, dim, {})
 
 
 def step_cases(s: Settings, op: str, tp: int, dim_name: str, prev: dict | None) -> list[Case]:
     dim = dimensions(s, op, tp)[dim_name]
-    return [dim.case_of(v) for v in step_values(s, op, tp, dim_name, prev)]
+    return [dim.case_of(v) for v in _step_values(s, op, dim, prev)]
 
 
 def step_session_name(dim_name: str, step: int) -> str:
@@ -121,7 +120,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
     steps' sessions; the search decides what to measure next, comparing only points of one session."""
     dim = dimensions(s, op, tp)[dim_name]
     sessions = list(prev["sessions"]) if prev else []
-    values = step_values(s, op, tp, dim_name, prev)
+    values = _step_values(s, op, dim, prev)
     if values:
         rel = str(session_dir(Path("."), op, tp, step_session_name(dim_name, step)))
         sessions.append({"step": step, "values": values, "session": rel})
@@ -134,8 +133,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
         if len(entry["values"]) == 2:
             pairs[tuple(entry["values"])] = (pts[entry["values"][0]], pts[entry["values"][1]])
     mode = search_mode(s, op)
-    nxt = next_values(s, op, dim, measured, pairs) if mode == "bisect" else \
-        [v for v in dim.candidates if v not in measured and len(dim.candidates) > 1]
+    nxt = next_values(s, op, dim, measured, pairs)
     rec = {"op": op, "tp": tp, "dim": dim_name, "step": step, "mode": mode,
            "candidates": list(dim.candidates), "asked": [v for e in sessions for v in e["values"]],
            "sessions": sessions, "next": nxt, "next_cases": [dim.case_of(v).id for v in nxt],
@@ -159,9 +157,11 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
 
 def canary_case(s: Settings, tp: int) -> Case:
     """The drift canary: TE defaults (te) or no overlap (torch) of the op with the most GEMM work."""
+    import math
+
     from .ops import weight_shape
 
-    op = max(s.ops, key=lambda o: (lambda k, n: k * n)(*weight_shape(o, s.model)))
+    op = max(s.ops, key=lambda o: math.prod(weight_shape(o, s.model)))
     return make_case(op, tp, "ub.te" if s.backend == "te" else "none")
 
 

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import yaml
 
-from ..cases import BOOL_KNOBS, KNOBS, PRIORITY_KNOBS, Case
+from ..cases import BOOL_KNOBS, KNOBS, Case
 from ..ops import COLUMN_OPS, TE_GEMMS
 
 MAX_SMS = 132                 # SMs of an H100/H200 SXM

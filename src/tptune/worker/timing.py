@@ -76,19 +76,29 @@ def host_launch_ms(bench, ctx, iters: int = HOST_PROBE_ITERS) -> tuple[float, fl
     return dt, a.elapsed_time(b) / iters
 
 
-def _event_iterations(bench, iters: int) -> list[tuple]:
-    """Enqueue ``iters`` fwd+bwd with CUDA events before, between and after (read after a sync)."""
+def _marked_iterations(bench, iters: int, mark) -> list[tuple]:
+    """``iters`` fwd+bwd with a mark before, between and after each (``mark()`` returns the mark)."""
     marks = []
     for _ in range(iters):
-        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        e0.record()
+        m0 = mark()
         bench.forward()
-        e1.record()
+        m1 = mark()
         bench.backward()
-        e2.record()
+        m2 = mark()
         bench.zero_grad()
-        marks.append((e0, e1, e2))
+        marks.append((m0, m1, m2))
     return marks
+
+
+def _event():
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
+
+
+def _event_iterations(bench, iters: int) -> list[tuple]:
+    """Enqueue ``iters`` fwd+bwd with CUDA events before, between and after (read after a sync)."""
+    return _marked_iterations(bench, iters, _event)
 
 
 def _allreduce_host(values: list[float], group, op) -> list[float]:
@@ -105,16 +115,8 @@ def _split(marks, elapsed) -> dict[str, list[float]]:
 
 def wall_batch(bench, iters: int) -> dict:
     """CPU: wall-clock per iteration (the host is the device)."""
-    marks = []
     t_start = time.perf_counter()
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        bench.forward()
-        t1 = time.perf_counter()
-        bench.backward()
-        t2 = time.perf_counter()
-        bench.zero_grad()
-        marks.append((t0, t1, t2))
+    marks = _marked_iterations(bench, iters, time.perf_counter)
     samples = _split(marks, lambda a, b: (b - a) * 1e3)
     host = (time.perf_counter() - t_start) * 1e3 / max(iters, 1)
     return {"samples": samples, "host_ms": host, "timing": "wall"}
