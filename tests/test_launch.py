@@ -37,6 +37,8 @@ def test_ok_case_then_warm_reuse(pool_dir, tmp_path):
     assert json.loads((d / "run.json").read_text())["case"] == "proj-tp2-chunked.n2"
     run2, _ = _profile(pool_dir, tmp_path, "proj-tp2-none")
     assert run2["status"] == "ok" and not run2["launch"]["server_started"]
+    la = run2["launch"]   # where a request's time goes: the case, its teardown, the worker's handling
+    assert 0 < la["case_s"] <= la["serve_s"] <= la["held_s"] and 0 <= la["close_s"] <= la["serve_s"]
 
 
 def test_rank_raising_is_recorded_and_next_case_runs(pool_dir, tmp_path):

@@ -80,13 +80,15 @@ def cmd_profile(a) -> int:
 
 def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contenders=None,
                      evidence: bool = True) -> dict:
-    """Measure ``cases`` side by side in one session (launch.Launcher.session), with the drift canary."""
+    """Measure ``cases`` side by side in one session (launch.Launcher.session). The drift canary opens
+    the sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see
+    the machine drift over a run, and a bisection step's two points are compared within their session."""
     from .launch import Launcher
     from .workflow import canary_case
 
     rec = Launcher(s.launcher_settings()).session(
         cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
-        contenders=contenders, canary=canary_case(s, tp), margin=s.config["decision"]["noise_floor"],
+        contenders=contenders, canary=canary_case(s, tp) if evidence else None, margin=s.config["decision"]["noise_floor"],
         faults=s.config.get("faults", {}), evidence=evidence)
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"

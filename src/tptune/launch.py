@@ -458,6 +458,9 @@ def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, setting
             "init_s": max(r["init_s"] for res in launches for r in res["reply"]["ranks"]),
             "measure_s": sum(max(r["measure_s"] for r in res["reply"]["ranks"]) for res in launches),
             "case_s": sum(max(r["total_s"] for r in res["reply"]["ranks"]) for res in launches),
+            # the rest of held_s: teardown, the worker's request handling, the client's round trip
+            "close_s": sum(max(r.get("close_s", 0.0) for r in res["reply"]["ranks"]) for res in launches),
+            "serve_s": sum(max(r.get("serve_s", 0.0) for r in res["reply"]["ranks"]) for res in launches),
             "rounds": len(rounds), "held_s": run["wall_s"],
         }
     return run

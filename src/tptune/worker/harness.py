@@ -78,10 +78,13 @@ def run_case(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_
         check = None
         if settings.get("check") and hasattr(bench, "correctness"):
             check = bench.correctness()
-        return {"rank": ctx.rank, "samples": batch.pop("samples"), "batch": batch, "trace": trace,
-                "correctness": check, "init_s": t_init, "measure_s": t_measure,
-                "total_s": time.perf_counter() - t0, "pid": os.getpid()}
+        result = {"rank": ctx.rank, "samples": batch.pop("samples"), "batch": batch, "trace": trace,
+                  "correctness": check, "init_s": t_init, "measure_s": t_measure,
+                  "total_s": time.perf_counter() - t0, "pid": os.getpid()}
     finally:
+        t_close = time.perf_counter()
         bench.close()
         if ctx.is_cuda:
             torch.cuda.empty_cache()
+    result["close_s"] = time.perf_counter() - t_close
+    return result
