@@ -3,6 +3,7 @@
 # workflow for each config given, REPS times in a row (fresh output folders <run>-rep<k> when REPS > 1),
 # then pack each run's small results into $OUT.
 #   [REPS=3] bash .device/run.sh bash scripts/device_workflow.sh config/gpu/a.yaml [config/gpu/b.yaml ...]
+#   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
 set -u
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p /tmp/tptune-bin
@@ -10,9 +11,11 @@ printf '#!/bin/sh\nexec python3 -m tptune "$@"\n' > /tmp/tptune-bin/tptune && ch
 export PATH="/tmp/tptune-bin:$PATH"
 ngpu=$(ls /proc/driver/nvidia/gpus | wc -l)
 reps=${REPS:-1}
+replist=${REP_LIST:-$(seq 1 "$reps")}
+[ -n "${REP_LIST:-}" ] && reps=2   # named -rep<k>
 for cfg in "$@"; do
   base=$(python3 -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['run'])" "$cfg")
-  for k in $(seq 1 "$reps"); do
+  for k in $replist; do
     run=$base; [ "$reps" -gt 1 ] && run=$base-rep$k
     start=$(date +%s)
     python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" --config run="$run" \

@@ -400,7 +400,8 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
         batches.append({"round": rid, "host_ms": host[-1], "host_ahead": ahead[-1], "timing": bs[0].get("timing"),
                         "attempts": max(len(b.get("attempts") or []) for b in bs),
                         "slept_ms": max((b.get("attempts") or [{}])[-1].get("slept_ms", 0.0) for b in bs),
-                        "enqueue_ms": max((b.get("attempts") or [{}])[-1].get("enqueue_ms", 0.0) for b in bs)})
+                        "enqueue_ms": max((b.get("attempts") or [{}])[-1].get("enqueue_ms", 0.0) for b in bs),
+                        "check": (bs[0].get("attempts") or [{}])[-1].get("check")})
     timing = {}
     for k, v in all_it.items():
         st = stats(v)

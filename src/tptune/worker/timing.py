@@ -17,11 +17,21 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
    keeps the GPU loaded with the layer's own work; the pre-roll does too.
 3. After the sleep, one tiny all-reduce lines the ranks' streams up.
 4. The timed iterations: events around each iteration and between forward and backward.
-5. Check: the host must finish enqueueing before the GPU finishes the hold (sleep + pre-roll):
-   enqueue_ms < slept_ms (GPU time from the sleep's start to the first timed event) on every rank.
+5. Check, on every rank, one of:
+   - lead: the host finished enqueueing before the GPU finished the hold (sleep + pre-roll):
+     enqueue_ms < slept_ms (GPU time from the sleep's start to the first timed event);
+   - queue: the launch queue, not the host, held the enqueue back. CUDA queues about a thousand
+     launches per stream; a whole block's fwd+bwd is hundreds of kernels, so its batch cannot be
+     enqueued during any hold: the host waits for free slots and the lead check cannot pass (on
+     2xH200 a 2-layer block's 12 iterations took 610 ms to enqueue against 80 ms of GPU each, while
+     the host launched one in 9-15 ms with the GPU free). A queue that is full cannot starve the GPU,
+     and a host that launches an iteration in under half its GPU time (the probe, GPU free) refills
+     it faster than the GPU drains it. So the batch counts when the probe says so and no timed
+     mark found the GPU idle (an event that is complete right after it is recorded sat behind nothing).
    Otherwise the sleep grows and the batch is measured again (``max_attempts``); the record says
-   whether the host stayed ahead, so a report can flag a batch where it did not. host_ms is the
-   host's launch time per timed iteration, its own figure (an op is host-bound when host >= GPU).
+   whether the host stayed ahead and by which check, so a report can flag a batch where it did not.
+   host_ms is the host's launch time per iteration (the probe, GPU free), its own figure (an op is
+   host-bound when host >= GPU).
 
 On CPU the host is the device: wall-clock marks per iteration, host_ms = the iteration time.
 """
@@ -96,9 +106,19 @@ def _event():
     return e
 
 
-def _event_iterations(bench, iters: int) -> list[tuple]:
-    """Enqueue ``iters`` fwd+bwd with CUDA events before, between and after (read after a sync)."""
-    return _marked_iterations(bench, iters, _event)
+def _event_iterations(bench, iters: int, idle: list | None = None) -> list[tuple]:
+    """Enqueue ``iters`` fwd+bwd with CUDA events before, between and after (read after a sync).
+    ``idle`` (a list) gets one entry per event found complete right after it was recorded: the GPU
+    had run out of work there."""
+    if idle is None:
+        return _marked_iterations(bench, iters, _event)
+
+    def mark():
+        e = _event()
+        if e.query():
+            idle.append(1)
+        return e
+    return _marked_iterations(bench, iters, mark)
 
 
 def _allreduce_host(values: list[float], group, op) -> list[float]:
@@ -145,7 +165,8 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
             _iteration(bench)
         s1.record()
         t_batch = time.perf_counter()
-        marks = _event_iterations(bench, iters)
+        idle: list = []
+        marks = _event_iterations(bench, iters, idle)
         t_end = time.perf_counter()
         ctx.sync()
         slept = s0.elapsed_time(s1)
@@ -153,10 +174,13 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
         # host_ms of the batch is capped by the launch queue once the pre-roll fills it: the probe's
         # figure (GPU free) is the host's launch time
         rec = {"sleep_ms": sleep_ms, "slept_ms": slept, "enqueue_ms": enqueue_ms, "preroll": preroll,
-               "batch_host_ms": (t_end - t_batch) * 1e3 / iters}
-        ahead_local = enqueue_ms < slept
-        ahead_all = _allreduce_host([1.0 if ahead_local else 0.0], ctx.cpu_group, dist.ReduceOp.MIN)[0] > 0
+               "batch_host_ms": (t_end - t_batch) * 1e3 / iters, "idle_marks": len(idle)}
+        lead = enqueue_ms < slept
+        queue = agreed * SAFETY < gpu_agreed and not idle
+        lead_all, ahead_all = (x > 0 for x in _allreduce_host([float(lead), float(lead or queue)],
+                                                              ctx.cpu_group, dist.ReduceOp.MIN))
         rec["host_ahead"] = ahead_all
+        rec["check"] = "lead" if lead_all else "queue" if ahead_all else "failed"
         attempts.append(rec)
         if ahead_all:
             break
