@@ -50,7 +50,7 @@ def _timeline(run_dir: Path, case_id: str) -> str | None:
     from .trace import plot_timeline
 
     case = parse_case_id(case_id)
-    trace = run_dir / "sessions" / case.op / f"tp{case.tp}" / "point" / case.variant_id / "trace.rank0.json.gz"
+    trace = run_dir / "sessions" / case.op / f"tp{case.tp}" / "point" / case.dir_name / "trace.rank0.json.gz"
     if not trace.exists():
         return None
     png = run_dir / "figures" / f"timeline-{case_id}.png"
@@ -149,7 +149,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
     env = {}
     for r in meas.iter_rows(named=True):
-        p = run_dir / "sessions" / r["session"] / r["variant"] / "run.json"
+        p = run_dir / "sessions" / r["session"] / parse_case_id(r["case"]).dir_name / "run.json"
         if p.exists():
             env = json.loads(p.read_text()).get("environment") or {}
             if env:
