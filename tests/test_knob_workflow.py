@@ -129,6 +129,35 @@ def test_the_tp_point_measures_the_winner_beside_the_references(tmp_path, pool_d
     assert [c.id for c in tuned] == [last["best_case"]] and last["best_case"] in ids
 
 
+def test_decisions_and_report_of_a_knob_run(tmp_path, pool_dir):
+    """A whole knobs-mode run re-derived from its recorded sessions (the search steps, the TP point
+    with the references and the winner) through decisions.json and report.md."""
+    from tptune.plan import Hardware, build_plan
+    from tptune.rederive import rederive
+
+    s = _settings(pool_dir, ops=["proj"])
+    run = tmp_path / "run"
+    records = run_search(s, run)
+    for rec in records:
+        (run / f"search/proj/tp2/knobs/step{rec['step']}.json").parent.mkdir(parents=True, exist_ok=True)
+        (run / f"search/proj/tp2/knobs/step{rec['step']}.json").write_text(json.dumps(rec))
+    members, _ = point_members(s, "proj", 2, [records[-1]])
+    write_session(run, "sessions/proj/tp2/point", [c.id for c in members])
+    build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.config.get("hardware")), s.ops).write_parquet(
+        run / "plan.parquet")
+    rederive(s, run)
+    dec = json.loads((run / "decisions.json").read_text())["ops"]["proj"]
+    assert dec["config"]["case"] == records[-1]["best_case"]
+    k = dec["knob_search"]["2"]
+    assert k["reference"] == records[-1]["reference"] and k["cost"] == records[-1]["cost"]
+    assert [c["group"] for c in k["changed"]] == ["num_sm"] and "method proj_fprop" in k["frozen"]
+    report = (run / "report.md").read_text()
+    line = next(x for x in report.splitlines() if x.startswith("- knob search at TP=2"))
+    assert f"{k['cost']['sessions']} sessions" in line and "exhaustive grid" in line
+    assert "Changed (beyond the noise): num_sm (proj_fprop.num_sm 16→8" in report
+    assert "Frozen (cheapest value that ties): method proj_fprop" in report
+
+
 def test_long_member_folders_are_hashed_and_read_back(tmp_path, pool_dir, monkeypatch):
     import tptune.cases as cases
 
