@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import base_config
+from conftest import ROOT, base_config
 from tptune.cases import parse_case_id
 from tptune.errors import ConfigError
 from tptune.launch import write_run_json
@@ -180,6 +180,20 @@ def test_knob_search_needs_the_te_backend(pool_dir):
     with pytest.raises(ConfigError, match=r"field 'search.knobs': knobs.num_sm"):
         resolve(base_config(pool_dir, backend="te", search={"mode": "knobs", "knobs": {"num_sm": [0]}}),
                 check_hardware=False)
+
+
+def test_the_gpu_config_is_affordable():
+    """config/gpu/h200x2-llama3-70b-knobs.yaml: 5-20 sessions per op where nothing moves."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from knob_sessions import count, flat
+    from tptune.settings import load_config_files
+
+    cfg = load_config_files(ROOT / "config/config.yaml", ROOT / "config/gpu/h200x2-llama3-70b-knobs.yaml")
+    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    assert s.backend == "te" and s.ops == ["qkv", "proj", "fc1", "fc2"] and s.tp_sizes == [2]
+    for op in s.ops:
+        res, grid = count(s, op, 2, flat)
+        assert 5 <= len(res.sessions) <= 20 and res.measurements < 0.01 * grid, op
 
 
 @pytest.mark.slow
