@@ -12,7 +12,9 @@ from tptune.settings import resolve
 from tptune import workflow as wf
 
 try:
-    S = resolve(config, source="run config (config/config.yaml + --configfile/--config)")
+    # A dry run only plans: it needs no GPU (the measuring jobs check the hardware they run on).
+    S = resolve(config, source="run config (config/config.yaml + --configfile/--config)",
+                check_hardware=not getattr(workflow.output_settings, "dryrun", False))
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 

@@ -22,6 +22,20 @@ def test_round_trip(cid):
     assert c.dir == f"cases/{c.op}/tp{c.tp}/{c.variant_id}"
 
 
+def test_long_variant_ids_get_a_short_stable_folder_name():
+    from tptune.cases import MAX_DIR_NAME
+
+    big = 10 ** 60
+    a = parse_case_id(f"qkv-tp2-ub.te+fprop.ring.sm{big}+dgrad.bulk.sm{big}.cga{big}+wgrad.bulk.sm{big}")
+    b = parse_case_id(f"qkv-tp2-ub.te+fprop.ring.sm{big}+dgrad.bulk.sm{big}.cga{big}+wgrad.bulk.sm{big + 1}")
+    assert len(a.variant_id.encode()) > 255
+    assert len(a.dir_name) <= MAX_DIR_NAME and a.dir_name.startswith("ub.te+h")
+    assert a.dir_name == parse_case_id(a.id).dir_name != b.dir_name
+    assert a.dir == f"cases/qkv/tp2/{a.dir_name}"
+    short = parse_case_id(IDS[5])
+    assert short.dir_name == short.variant_id
+
+
 def test_canonical_order():
     c = parse_case_id("qkv-tp2-ub.te+wgrad.bulk.cga2.sm4+dgrad.bulk.sm8")
     assert c.id == "qkv-tp2-ub.te+dgrad.bulk.sm8+wgrad.bulk.sm4.cga2"

@@ -14,6 +14,7 @@ tokens carry the magnitude: cprio5 is comm_priority=-5.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ BOOL_KNOBS = {"set_sm_margin", "aggregate", "use_ce", "atomic_gemm", "fp8_buf",
               "pipeline_rs_overlap_first_gemm"}
 PRIORITY_KNOBS = {"comm_priority", "gemm_priority"}   # CUDA stream priorities: <= 0, token = -value
 KINDS = ("none", "nocomm", "chunked", "ub")
+MAX_DIR_NAME = 200   # bytes of a folder named after a variant id; file systems allow 255 (NAME_MAX)
 
 _PRESET_RE = re.compile(r"^[a-z0-9_]+$")
 _KNOB_RE = re.compile(r"^([a-z]+)(\d+)$")
@@ -86,9 +88,19 @@ class Case:
         return format_variant(self.variant)
 
     @property
+    def dir_name(self) -> str:
+        """Folder name of this case in a session: its variant id, or where that is too long for a file
+        name (a knob search's fully spelled-out setting can be), a short stable hash of it. Sessions
+        record each member's folder in session.json (``runs``), so readers never rebuild the name."""
+        v = self.variant_id
+        if len(v.encode()) <= MAX_DIR_NAME:
+            return v
+        return f"{v.split('+', 1)[0]}+h{hashlib.sha1(v.encode()).hexdigest()[:16]}"
+
+    @property
     def dir(self) -> str:
         """Folder of this case below outputs/<run>/."""
-        return f"cases/{self.op}/tp{self.tp}/{self.variant_id}"
+        return f"cases/{self.op}/tp{self.tp}/{self.dir_name}"
 
     def with_variant(self, v: Variant) -> "Case":
         return Case(self.op, self.tp, v)

@@ -128,7 +128,9 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
             "bound_faults": bound_faults(pts, floor), "host_bound": host_bound, "host_behind": host_behind,
             "canary": sess.get("canary"),
             "searches": {r["dim"]: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
-                                    "measured": r["measured"]} for r in results}}
+                                    "measured": r["measured"],
+                                    **{k: r[k] for k in ("reference", "cost", "changes") if k in r}}
+                         for r in results}}
 
 
 def _tp_rules(s: Settings) -> dict:
@@ -211,6 +213,9 @@ def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
                                           for d, v in p["searches"].items()}, floor=floor)
     rec["session"] = at.get("session")
     rec["rounds"] = at.get("rounds")
+    knobs = {str(tp): knob_summary(p["searches"]["knobs"]) for tp, p in points.items() if "knobs" in p["searches"]}
+    if knobs:
+        rec["knob_search"] = knobs
     rec["vs_none"] = (compare_points(winner, at["none"], floor=floor, tie="b").to_dict()
                       if at.get("none") and winner is not at["none"] else None)
     rec["ties"] = tied_with(winner, [at["none"], *at["candidates"].values()], floor)
@@ -219,6 +224,18 @@ def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
                                "fastest": _best_at(p, floor)[0]}
                      for tp, p in points.items()}
     return rec
+
+
+def knob_summary(search: dict) -> dict:
+    """The knob search of one (op, TP) in short: where it started, its cost against the exhaustive
+    grid, the knob groups that moved the op beyond the noise (the values changed, kept / incumbent)
+    and the ones frozen (at the cheapest value that ties: the values, where that is not the incumbent's)."""
+    changes = search.get("changes") or []
+    return {"reference": search.get("reference"), "best_case": search["best_case"], "cost": search.get("cost"),
+            "changed": [{"group": c["group"], "diff": c["diff"], "kept_ratio": c["kept_ratio"]}
+                        for c in changes if c["moved"]],
+            "frozen": [", ".join(c["diff"]) or f"{c['group']} {'+'.join(c['gemms'])}"
+                       for c in changes if not c["moved"]]}
 
 
 def tied_with(winner: dict, points: list[dict | None], floor: float) -> list[dict]:

@@ -287,14 +287,15 @@ class Launcher:
                 evidence: bool = True) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
         adding rounds until every contender clears the margin against the leader or the round budget is
-        spent. Writes <session_dir>/<variant>/run.json per member and session.json; returns the latter.
+        spent. Writes <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which
+        maps each member to its run.json (``runs``); returns the latter.
         ``evidence``: record each member's profiler traces and numerics check in its first round (the
         TP point's finalists need them; a search step's points do not)."""
         from .search.rounds import rotation, session_state, should_stop
 
         faults = faults or {}
         member_dirs = member_dirs or {}
-        dir_of = {c.id: Path(member_dirs.get(c.id, session_dir / c.variant_id)) for c in members}
+        dir_of = {c.id: Path(member_dirs.get(c.id, session_dir / c.dir_name)) for c in members}
         timing = op_settings["timing"]
         min_r, max_r = int(timing.get("min_rounds", 3)), int(timing.get("max_rounds", 8))
         tps = {c.tp for c in members} | ({canary.tp} if canary else set())

@@ -26,6 +26,11 @@ def _pct(x):
     return "–" if x is None else f"{100 * x:.0f}%"
 
 
+def _pct_fine(x):
+    """Two significant digits: a search's cost against a grid is often well under 1%."""
+    return "–" if x is None else f"{100 * x:.2g}%"
+
+
 def _ratio(r: dict | None) -> str:
     """"0.962 [0.951, 0.973], 4 rounds" from a comparison's ratio record."""
     if not r or r.get("ratio") is None:
@@ -50,7 +55,7 @@ def _timeline(run_dir: Path, case_id: str) -> str | None:
     from .trace import plot_timeline
 
     case = parse_case_id(case_id)
-    trace = run_dir / "sessions" / case.op / f"tp{case.tp}" / "point" / case.variant_id / "trace.rank0.json.gz"
+    trace = run_dir / "sessions" / case.op / f"tp{case.tp}" / "point" / case.dir_name / "trace.rank0.json.gz"
     if not trace.exists():
         return None
     png = run_dir / "figures" / f"timeline-{case_id}.png"
@@ -93,7 +98,9 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
             "ties": rec.get("ties") or [], "rounds": rec.get("rounds"), "host_ms": w.get("host_ms"),
             "host_bound": w.get("host_bound"),
             "win_by": rec.get("win_by"), "verdict": w.get("verdict"), "verdict_reason": w.get("verdict_reason"),
-            "tp_evidence": rec.get("tp_evidence", []), "searches": rec.get("searches", {}),
+            "tp_evidence": rec.get("tp_evidence", []),
+            "searches": {d: p for d, p in rec.get("searches", {}).items() if not d.endswith("/knobs")},
+            "knob_search": rec.get("knob_search") or {},
         })
     return rows
 
@@ -149,7 +156,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
     env = {}
     for r in meas.iter_rows(named=True):
-        p = run_dir / "sessions" / r["session"] / r["variant"] / "run.json"
+        p = run_dir / "sessions" / r["session"] / parse_case_id(r["case"]).dir_name / "run.json"
         if p.exists():
             env = json.loads(p.read_text()).get("environment") or {}
             if env:
@@ -164,7 +171,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     chunk_text = (run_dir / "chunked_cfg.yaml").read_text()
     env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
-    env_t.filters.update(fmt=_fmt, pct=_pct, ratio=_ratio)
+    env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio)
     text = env_t.get_template("report.md.j2").render(
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,

@@ -107,6 +107,7 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
         problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch)")
     if check_hardware and backend == "te" and not te_available():
         problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]')")
+    problems.extend(_knob_search_problems(config, backend))
     if mc is not None and mc.workload.is_fp8:
         # FP8: the torch backend refuses it in one line unless workload.fp8_emulation: bf16; the recipe
         # must suit the GPU (its compute capability when this node has one, else hardware.gpu).
@@ -121,6 +122,26 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
     if not re.fullmatch(r"[A-Za-z0-9._-]+", run):
         raise ConfigError(source, [f"field 'run' = {run!r}: use letters, digits, '.', '_' and '-' only"])
     return Settings(config=config, model=mc, backend=backend, device=device, run=run)
+
+
+def _knob_search_problems(config: dict, backend: str) -> list[str]:
+    """search.mode knobs (run-wide or per op): the TE backend only, and a valid search.knobs."""
+    from .search.methods import knob_config
+
+    out = []
+    for op in config["ops"]:
+        own = ((config.get("op_settings") or {}).get(op) or {}).get("search") or {}
+        search = deep_merge(config.get("search") or {}, own)
+        where = f"op_settings.{op}.search" if "mode" in own else "search"
+        if search.get("mode") == "knobs" and backend != "te":
+            out.append(f"field '{where}.mode': knobs searches TE userbuffers knobs and needs backend te "
+                       f"(this run's backend is {backend})")
+        try:
+            knob_config(search.get("knobs"))
+        except ValueError as exc:
+            where = f"op_settings.{op}.search" if "knobs" in own else "search"
+            out.append(f"field '{where}.knobs': {exc}")
+    return list(dict.fromkeys(out))
 
 
 def load_config_files(*paths: str | Path) -> dict:

@@ -3,7 +3,9 @@
 A search *dimension* is one ordered list of candidates of one (op, TP) searched by bisection:
 the chunk count of the torch backend's chunked method, or the SM count of one TE GEMM's bulk/pipeline
 method. Fixed TE settings (ring_exchange) are dimensions with a single candidate. Every step of every
-dimension is one Snakemake checkpoint job, so independent dimensions run in parallel.
+dimension is one Snakemake checkpoint job, so independent dimensions run in parallel. In
+``search.mode: knobs`` an (op, TP) has one dimension, ``knobs``, stepped by the knob planner
+(knob_search.py): its values are case ids.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from . import knob_search
 from .cases import Case, Variant, make_case, parse_case_id
 from .search import bisect
 from .search.methods import chunk_candidates, te_candidates
@@ -55,6 +58,9 @@ def _joint(op: str, tp: int, dims: dict[str, Dimension]) -> dict[str, Dimension]
 
 
 def dimensions(s: Settings, op: str, tp: int) -> dict[str, Dimension]:
+    if search_mode(s, op) == "knobs":
+        refs = tuple(knob_search.first_session(s, op, tp).members)  # later steps' values: the planner's
+        return {knob_search.DIM: Dimension(knob_search.DIM, refs, parse_case_id)}
     cfg = _search_cfg(s, op)
     if s.backend == "torch":
         cands = tuple(chunk_candidates(cfg))
@@ -101,8 +107,11 @@ def read_session(run_dir: Path, rel: str) -> tuple[dict, dict[str, dict]]:
 
 
 def _step_values(s: Settings, op: str, dim: Dimension, prev: dict | None) -> list:
-    """Values step k measures side by side: what step k-1 asked for (step 0: the first points)."""
-    return list(prev["next"]) if prev else next_values(s, op, dim, {})
+    """Values step k measures side by side: what step k-1 asked for (step 0: the first points; for
+    the knob search, its first session: the references)."""
+    if prev:
+        return list(prev["next"])
+    return list(dim.candidates) if search_mode(s, op) == "knobs" else next_values(s, op, dim, {})
 
 
 def step_cases(s: Settings, op: str, tp: int, dim_name: str, prev: dict | None) -> list[Case]:
@@ -118,6 +127,8 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
                 run_dir: Path) -> dict:
     """One checkpoint step: the session of this step's points (if it measured any) joins the earlier
     steps' sessions; the search decides what to measure next, comparing only points of one session."""
+    if search_mode(s, op) == "knobs":
+        return knob_search.step_record(s, op, tp, step, prev, run_dir)
     dim = dimensions(s, op, tp)[dim_name]
     sessions = list(prev["sessions"]) if prev else []
     values = _step_values(s, op, dim, prev)
@@ -171,10 +182,11 @@ def point_members(s: Settings, op: str, tp: int, results: list[dict]) -> tuple[l
     winners = [parse_case_id(r["best_case"]) for r in results]
     tuned = tuned_cases(s, op, tp, {r["dim"]: r for r in results})
     refs = reference_cases(s, op, tp)  # the named yardsticks stay, even where two are the same setting
-    return refs + [c for c in distinct_settings(refs + winners + tuned) if c not in refs], tuned
+    distinct = distinct_settings(refs + winners + tuned, knob_search.workload(s))
+    return refs + [c for c in distinct if c not in refs], tuned
 
 
-def distinct_settings(cases: list[Case]) -> list[Case]:
+def distinct_settings(cases: list[Case], workload: str = "bf16") -> list[Case]:
     """Cases in order, dropping any whose effective setting an earlier one already has (e.g.
     ub.te+dgrad.ring for fc2 is TE's default fc2_dgrad: the same ub_cfgs as ub.te)."""
     from .search.ubcfg import case_ub_cfgs
@@ -182,7 +194,7 @@ def distinct_settings(cases: list[Case]) -> list[Case]:
     seen, out = set(), []
     for c in cases:
         if c.variant.kind == "ub":
-            cfg = case_ub_cfgs(c)
+            cfg = case_ub_cfgs(c, workload=workload)
             key = json.dumps({k: v for k, v in cfg.items() if k.startswith(c.op + "_")}, sort_keys=True)
         else:
             key = c.variant_id
@@ -203,6 +215,8 @@ def tuned_cases(s: Settings, op: str, tp: int, results: dict[str, dict]) -> list
     several (e.g. qkv dgrad ring_exchange or bulk): the point session measures them side by side."""
     import itertools
 
+    if search_mode(s, op) == "knobs":  # the planner's answer is one whole setting of the op
+        return [parse_case_id(results["knobs"]["best_case"])]
     if s.backend == "torch":
         return [make_case(op, tp, results["chunks"]["best_case"].split(f"{op}-tp{tp}-", 1)[1])]
     per_gemm: dict[str, list[Case]] = {}
