@@ -3,6 +3,7 @@
 # workflow for each config given, REPS times in a row (fresh output folders <run>-rep<k> when REPS > 1),
 # then pack each run's small results into $OUT.
 #   [REPS=3] bash .device/run.sh bash scripts/device_workflow.sh config/gpu/a.yaml [config/gpu/b.yaml ...]
+#   RUN_TIMEOUT=300: stop a run after that many seconds (its files still come back)
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
 set -u
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -18,13 +19,14 @@ for cfg in "$@"; do
   for k in $replist; do
     run=$base; [ "$reps" -gt 1 ] && run=$base-rep$k
     start=$(date +%s)
-    python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" --config run="$run" \
+    timeout -k 15 -s INT "${RUN_TIMEOUT:-0}" python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" --config run="$run" \
       --keep-going > "outputs-$run.log" 2>&1
     echo "$cfg -> $run: snakemake exit $? after $(( $(date +%s) - start )) s"
     tail -3 "outputs-$run.log"
     echo "$(( $(date +%s) - start ))" > "outputs/$run/wall_s.txt"
     [ -n "${OUT:-}" ] && tar czf "$OUT/$run.tgz" -C outputs --exclude='trace.rank*.json.gz' "$run" \
-      && cp "outputs-$run.log" "$OUT/" 2>/dev/null
+      && cp "outputs-$run.log" "$OUT/" 2>/dev/null \
+      && tar czf "$OUT/$run-worker-logs.tgz" $(find /tmp/tptune-pool -name 'srv-*.log' 2>/dev/null) 2>/dev/null
   done
   # rank-0 traces of the last run's TP-point references, for fixtures
   [ -n "${OUT:-}" ] && (cd outputs && ls $run/sessions/*/tp*/point/{none,nocomm,ub.te}/trace.rank0.json.gz 2>/dev/null \

@@ -555,8 +555,7 @@ class TeOpBench:
         ref_layer = self._tp_layer(overlap=False)
         with torch.no_grad():
             if self.fp8:
-                # state_dict carries TE's FP8 metadata (_extra_state: scales, amax history).
-                ref_layer.load_state_dict(self.layer.state_dict(), strict=False)
+                copy_module_state(ref_layer, self.layer)
             ref_params = {"weight": ref_layer.weight}
             if self.column:
                 ref_params["norm_weight"] = ref_layer.layer_norm_weight
@@ -575,6 +574,26 @@ class TeOpBench:
         self.x = self.grad_out = None
         release_ub(self.te_base, self.ctx, self._ub_live, self._ub_groups, collective)
         self._ub_live, self._ub_groups = False, []
+
+
+def copy_module_state(dst, src) -> None:
+    """``dst.load_state_dict(src.state_dict())``, TE's FP8 scaling state (``_extra_state``) included.
+    Under delayed scaling TE pickles that state and, since 2.20, refuses to unpickle it unless
+    NVTE_ALLOW_UNSAFE_PICKLE_EXTRA_STATE=1 (a checkpoint may come from anywhere). Here the bytes were
+    made by this process from its own module a moment ago, so the opt-in is scoped to this one load."""
+    import os
+
+    key = "NVTE_ALLOW_UNSAFE_PICKLE_EXTRA_STATE"
+    state = src.state_dict()
+    old = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        dst.load_state_dict(state, strict=False)
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
 
 
 def _pg_map() -> list:
