@@ -76,6 +76,25 @@ def test_pick_does_not_depend_on_input_order(seed):
     assert sorted(c["b"]["case"] for c in comparisons) == sorted([SM4, SM8, NV, RING])
 
 
+def test_a_point_beaten_by_any_setting_is_not_picked():
+    """As on x2: no overlap was dropped after 3 rounds, beaten by SM8; the leader by median (TE) was
+    measured in all 6 rounds with a wobble, so over their 3 shared rounds TE vs none is undecided.
+    none is the cheapest, but a setting beat it: it is not the pick."""
+    none = "qkv-tp2-none"
+    nonep = rpt(none, 10.6)
+    t = nonep["timing"]["total_ms"]
+    t["rounds"], t["round_ids"] = t["rounds"][:3], [0, 1, 2]
+    t["median"] = statistics.median(t["rounds"])
+    pts = [nonep, rpt(TE, 10.0, 0.04), rpt(SM8, 10.02, 0.0)]
+    from tptune.search import compare_points
+    assert compare_points(pts[1], nonep, floor=FLOOR).outcome == 0           # undecided with the leader
+    assert compare_points(pts[2], nonep, floor=FLOOR).outcome == -1          # beaten by SM8
+    for order in (pts, pts[::-1]):
+        best, comparisons = pick_best(order, FLOOR)
+        assert best["case"] == SM8
+        assert any(c["a"]["case"] == SM8 and c["b"]["case"] == none and c["outcome"] == -1 for c in comparisons)
+
+
 def test_pick_is_the_leader_when_it_beats_all():
     pts = [rpt(SM4, 11.0), rpt(SM8, 10.8), rpt(TE, 10.0)]
     for order in (pts, pts[::-1]):
