@@ -149,6 +149,18 @@ def test_bound_fault_by_interval_not_by_floor():
     assert [f["above"] for f in bound_faults(pts, FLOOR)] == [TE]
 
 
+def test_bound_fault_by_estimate_when_its_rounds_are_too_few():
+    """FP8 fc1 on x2: the bound was dropped after 2 rounds, 3.5% above no overlap by estimate with a
+    wide interval. A bound must be below what it bounds: an estimate beyond the margin is a fault."""
+    bound = rpt("fc1-tp2-nocomm", 10.35, 0.01)
+    t = bound["timing"]["total_ms"]
+    t["rounds"], t["round_ids"] = t["rounds"][:2], [0, 1]
+    pts = {"fc1-tp2-nocomm": bound, "fc1-tp2-none": rpt("fc1-tp2-none", 10.0)}
+    faults = bound_faults(pts, FLOOR)
+    assert [f["above"] for f in faults] == ["fc1-tp2-none"]
+    assert faults[0]["rounds"] == 2 and faults[0]["lo"] < 1.0 < 1 + FLOOR < faults[0]["ratio"]
+
+
 def test_bound_faults_without_rounds_use_the_floor():
     def plain(case, ms):
         return {"case": case, "status": "ok", "timing": {"total_ms": {"median": ms}}}

@@ -136,6 +136,19 @@ def test_fp8_cases_use_fp8_userbuffers_autocast_and_fp8_tolerances():
 
 
 @pytest.mark.slow
+def test_delayed_scaling_reference_runs_its_priming_passes():
+    """Delayed scaling: the no-overlap reference runs REF_PRIME_ITERS fwd+bwd before the compared one
+    (te_backend.REF_PRIME_ITERS); current scaling is stateless and needs none."""
+    from tptune.worker.te_backend import REF_PRIME_ITERS
+    n = {}
+    for recipe in ("delayed", "current"):
+        res = _run(["proj-tp2-ub.te"], {"dtype": "fp8", "seq_length": 64, "recipe": recipe})[0]
+        assert res["proj-tp2-ub.te"]["correctness"]["ok"] is True
+        n[recipe] = len(res["proj-tp2-ub.te"]["fwd"])
+    assert n["delayed"] - n["current"] == REF_PRIME_ITERS == 2
+
+
+@pytest.mark.slow
 def test_current_scaling_recipe_and_a_large_error_still_fails():
     got = _run(["proj-tp2-ub.te"], {"dtype": "e4m3", "seq_length": 64, "recipe": "current"}, perturb=0.5)
     res = got[0]

@@ -98,3 +98,25 @@ def test_needs_all_three_points_at_tp2_and_reports_unfinished():
         tp_result("qkv", partial)
     failed_none = {2: at("qkv", 2, None, 2.9, 2.5)}
     assert tp_result("qkv", failed_none)[0] == 1
+
+
+def _rpt(case, rounds):
+    """A TP-point member measured in paired rounds (round k of every member in one session round)."""
+    import statistics
+    return {"case": case, "status": "ok", "session": "fc1/tp2/point",
+            "timing": {"total_ms": {"median": statistics.median(rounds), "rounds": rounds,
+                                    "round_ids": list(range(len(rounds)))}}}
+
+
+def test_bound_above_no_overlap_gives_no_fraction():
+    """FP8 fc1 on x2: the bound came out above no overlap (10.04, 10.01 against 9.61, 9.77 ms), by an
+    estimate beyond the margin that its two rounds could not confirm. The rule must not turn that into
+    a (negative) hidden fraction."""
+    none = _rpt("fc1-tp2-none", [9.608, 9.773, 9.578, 9.518, 9.498, 9.516])
+    bound = _rpt("fc1-tp2-nocomm", [10.042, 10.014])
+    fast = _rpt("fc1-tp2-ub.te", [9.10, 9.25, 9.07, 9.01, 8.99, 9.00])
+    rec = hides_communication(TpPoints(best=fast, none=none, nocomm=bound))
+    assert rec["hidden_fraction"] is None and rec["passed"] and "bound fault" in rec["reason"]
+    slow = _rpt("fc1-tp2-ub.te", [9.628, 9.875, 10.053, 9.775, 9.858, 10.020])
+    rec = hides_communication(TpPoints(best=slow, none=none, nocomm=bound))
+    assert rec["hidden_fraction"] is None and not rec["passed"] and "bound fault" in rec["reason"]

@@ -88,7 +88,9 @@ def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | 
 
 def bound_faults(points: dict[str, dict], floor: float) -> list[dict]:
     """The no-communication bound must not be slower than what it bounds: every setting measured beside
-    it is checked; a bound slower beyond the noise is a measurement fault, never a percentage."""
+    it is checked; a bound slower beyond the noise (interval above 1), or by more than the margin in its
+    estimate (a bound is dropped from its session early, so its interval may stay wide), is a
+    measurement fault, never a percentage."""
     from .search.rounds import ratio_of
 
     bound = next((p for c, p in points.items() if c.endswith("-nocomm")), None)
@@ -103,7 +105,7 @@ def bound_faults(points: dict[str, dict], floor: float) -> list[dict]:
             slower = point_median(bound) > point_median(p) * (1 + floor)
             rec = {"ratio": point_median(bound) / point_median(p)}
         else:
-            slower = r.lo > 1.0
+            slower = r.lo > 1.0 or r.ratio > 1 + floor
             rec = r.to_dict()
         if slower:
             faults.append({"bound": bound["case"], "above": cid, **rec,
@@ -403,6 +405,9 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
     def cfgs_at(t):
         ub, notes = _ub_cfgs_at(s, points_by_op, t, floor)
         rec = layer.get(t)
+        if rec and rec.get("numerics_failed"):
+            notes = [f"WARNING: on the block at TP={t} every overlapped setting failed the numerics check "
+                     f"against no overlap ({rec['reason']}); check numerics before training with this file"] + notes
         if rec and s.backend == "te" and rec.get("winner"):
             from .layer import presets_dir
             win = parse_case_id(rec["winner"])

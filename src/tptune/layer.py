@@ -73,13 +73,21 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
             cmp = compare_points(tuned, p, floor=floor, tie="a")
             row["tuned_vs"] = cmp.to_dict()
         rows.append(row)
-    beaten_by = [r for r in rows if r["case"] != tuned_id and r.get("tuned_vs", {}).get("outcome") == 1
-                 and parse_case_id(r["case"]).variant.kind == parse_case_id(tuned_id).variant.kind]
-    if point_median(tuned) == float("inf"):
-        ok = [r for r in rows if r["median_ms"] and parse_case_id(r["case"]).variant.kind
-              == parse_case_id(tuned_id).variant.kind]
-        winner = min(ok, key=lambda r: r["median_ms"])["case"] if ok else None
-        reason = "the tuned combination failed on the block"
+    kind = parse_case_id(tuned_id).variant.kind
+    # an emitted config must pass the numerics check on the block: failing settings cannot win
+    passing = [r for r in rows if r["median_ms"] and r["correct"] is not False
+               and parse_case_id(r["case"]).variant.kind == kind]
+    beaten_by = [r for r in passing if r["case"] != tuned_id and r.get("tuned_vs", {}).get("outcome") == 1]
+    tuned_row = next(r for r in rows if r["case"] == tuned_id)
+    numerics_failed = False
+    if point_median(tuned) == float("inf") or tuned_row["correct"] is False:
+        why = "failed on the block" if point_median(tuned) == float("inf") else "failed the numerics check on the block"
+        others = [r for r in passing if r["case"] != tuned_id]
+        winner = min(others, key=lambda r: r["median_ms"])["case"] if others else None
+        numerics_failed = winner is None and tuned_row["correct"] is False
+        reason = (f"the tuned combination {why}: the file holds the fastest setting that passed, {winner}"
+                  if winner else f"the tuned combination {why} and no other overlapped setting passed on the "
+                  "block: the file holds the per-op choices, unproven (see the numerics column)")
     elif beaten_by:
         winner = min(beaten_by, key=lambda r: r["median_ms"])["case"]
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
@@ -87,7 +95,7 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         winner, reason = tuned_id, "no reference beats the tuned combination on the block beyond the noise"
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
             "num_layers": int((s.config.get("layer") or {}).get("num_layers", 2)), "tuned": tuned_id,
-            "winner": winner, "reason": reason, "settings": rows}
+            "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
 
 
 def write_layer(path: Path, rec: dict) -> None:

@@ -69,6 +69,8 @@ def _timeline(run_dir: Path, case_id: str) -> str | None:
 
 def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
     by_case = {r["case"]: r for r in _point_rows(meas).iter_rows(named=True)}
+    # a bound measured above what it bounds is a fault: its shares are not shown (listed at the top)
+    faulted = {f["bound"] for f in (decisions["meta"].get("measurement") or {}).get("bound_faults") or []}
     rows = []
     for op, rec in decisions["ops"].items():
         winner = (rec.get("winner") or {}).get("case")
@@ -78,7 +80,7 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
         none = (pts.get("none") or {}).get("case")
         nocomm = (pts.get("nocomm") or {}).get("case")
         t_none = by_case.get(none, {}).get("median_ms")
-        t_bound = by_case.get(nocomm, {}).get("median_ms")
+        t_bound = None if nocomm in faulted else by_case.get(nocomm, {}).get("median_ms")
         t_w = w.get("median_ms")
         exposed = (t_none - t_bound) if t_none is not None and t_bound is not None else None
         hidden = ((t_none - t_w) / exposed) if exposed and t_w is not None and exposed > 0 else None
