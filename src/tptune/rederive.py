@@ -71,6 +71,13 @@ def rederive(s, run_dir: Path) -> list[str]:
         if not ap.exists():
             analyze_session(sj.parent, ap)
     collect(run_dir, sessions, run_dir / "measurements.parquet")
+    from .layer import layer_record, write_layer
+    for lf in sorted((run_dir / "layer").glob("tp*.json")):   # the block measured the recorded tuned preset
+        old = json.loads(lf.read_text())
+        rec = layer_record(s, old["tp"], run_dir, old["tuned"])
+        if rec["winner"] != old.get("winner"):
+            notes.append(f"layer TP={old['tp']}: block winner {old.get('winner')} -> {rec['winner']}")
+        write_layer(lf, rec)
     decide(s, run_dir, finals)
     render_report(s, run_dir, run_dir / "report.md")
     return notes
