@@ -18,8 +18,8 @@ so Megatron's TransformerBlock enters its own get_fp8_context as in training; th
 also runs under te_backend.fp8_autocast with the same recipe (the context Megatron's fp8_autocast
 wraps; nested, Megatron's inner one is the active one, with identical parameters). ub.*: initialize_ub
 with quantization_modes=[FP8] after search.fp8.validate_fp8_ub_cfgs. Numerics at TE's FP8 tolerances,
-the reference loaded with the block's state dict (weights and TE's FP8 scaling state) before either
-runs. Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553: transformer_config.py (fp8, fp8_recipe,
+the reference given the block's weights and, under delayed scaling, its own priming passes
+(te_backend.REF_PRIME_ITERS) before either runs. Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553: transformer_config.py (fp8, fp8_recipe,
 fp8_amax_history_len, fp8_amax_compute_algo, fp4, fp4_recipe), fp8_utils.py (get_fp8_recipe,
 get_fp8_context).
 """
@@ -166,7 +166,7 @@ class TeBlockBench:
     def correctness(self) -> dict:
         self.zero_grad()
         ref = None
-        if self.overlap:   # built and given the block's state (FP8 scaling state included) before either runs
+        if self.overlap:   # the block's weights; FP8 scaling state from priming passes (te_backend.REF_PRIME_ITERS)
             ref = self._build(False)
             _tb.copy_module_state(ref, self.block)
             if self.fp8 and self.mc.workload.recipe == "delayed":   # te_backend.REF_PRIME_ITERS: why
