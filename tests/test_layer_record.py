@@ -49,3 +49,43 @@ def test_a_failing_reference_cannot_displace_the_tuned_setting(tmp_path):
     passing = layer_record(S, 2, _session(tmp_path / "b", {NONE: (81.0, True), NEMO: (70.0, True),
                                                            TUNED: (78.0, True)}), TUNED)
     assert passing["winner"] == NEMO
+
+
+def _pt(case, ms):
+    rounds = [ms * x for x in DRIFT]
+    return {"case": case, "status": "ok", "session": "p",
+            "timing": {"total_ms": {"median": statistics.median(rounds), "rounds": rounds,
+                                    "round_ids": list(range(len(rounds)))}}}
+
+
+def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheaper(tmp_path):
+    """qkv: NVIDIA's preset 1% faster than a cheaper setting (a tie: the tuned file takes the cheaper);
+    the block also measures the combination of each op's fastest setting, and says which it is."""
+    import yaml
+
+    from tptune.layer import layer_members
+    from tptune.search.ubcfg import load_preset
+
+    s = types.SimpleNamespace(backend="te", config={"decision": {"noise_floor": 0.02},
+                                                     "search": {"te_presets": ["nvidia_bf16_tp2"]}})
+    pts = {}
+    for op in ("qkv", "proj", "fc1", "fc2"):
+        cheap, preset = f"{op}-tp2-ub.te+dgrad.bulk.sm2", f"{op}-tp2-ub.nvidia_bf16_tp2"
+        if op in ("proj", "fc2"):
+            cheap = f"{op}-tp2-ub.te+fprop.ring"
+        faster = 0.99 if op == "qkv" else 1.05
+        pts[op] = {"none": _pt(f"{op}-tp2-none", 12.0), "nocomm": _pt(f"{op}-tp2-nocomm", 9.0),
+                   "candidates": {cheap: _pt(cheap, 10.0), preset: _pt(preset, 10.0 * faster)}}
+    members, tuned = layer_members(s, 2, pts, tmp_path)
+    ids = [c.id for c in members]
+    assert tuned.id == "layer-tp2-ub.tuned_tp2" and "layer-tp2-ub.fastest_tp2" in ids
+    fast = yaml.safe_load((tmp_path / "presets" / "fastest_tp2.yaml").read_text())
+    tuned_cfg = yaml.safe_load((tmp_path / "presets" / "tuned_tp2.yaml").read_text())
+    nv = load_preset("nvidia_bf16_tp2")
+    assert all(fast[f"qkv_{g}"] == nv[f"qkv_{g}"] for g in ("fprop", "dgrad", "wgrad"))
+    assert tuned_cfg["qkv_dgrad"]["num_sm"] == 2 and fast["proj_fprop"] == tuned_cfg["proj_fprop"]
+    # when every op's fastest is its chosen setting, nothing is added
+    for op in pts:
+        pts[op]["candidates"] = {k: v for k, v in pts[op]["candidates"].items() if "nvidia" not in k}
+    members, _ = layer_members(s, 2, pts, tmp_path / "b")
+    assert "layer-tp2-ub.fastest_tp2" not in [c.id for c in members]

@@ -348,12 +348,22 @@ def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int
     return chosen, evidence
 
 
-def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float) -> tuple[dict, list[str]]:
-    """Ten-GEMM ub_cfgs for TP ``tp``: each op's fastest userbuffers setting there, else TE defaults."""
+def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float,
+                fastest: bool = False) -> tuple[dict, list[str]]:
+    """Ten-GEMM ub_cfgs for TP ``tp``: each op's chosen userbuffers setting there (``fastest``: its
+    fastest by median, ties not given to the cheaper), else TE defaults."""
     per_op, notes = {}, []
     for op, pts in points_by_op.items():
         if tp not in pts:
             notes.append(f"{op}: not measured at TP={tp}: TE defaults")
+            continue
+        if fastest:
+            ok = [p for p in pts[tp]["candidates"].values() if point_median(p) != float("inf")
+                  and parse_case_id(p["case"]).variant.kind == "ub"]
+            if ok:
+                best = min(ok, key=point_median)
+                per_op[op] = ubcfg.case_ub_cfgs(parse_case_id(best["case"]))
+                notes.append(f"{op}: {best['case']} ({point_median(best):.3f} ms fwd+bwd)")
             continue
         best = _best_at(pts[tp], floor)[0]
         case = parse_case_id(best["case"])

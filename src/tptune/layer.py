@@ -4,7 +4,10 @@ Per TP measured for every op, one session (the same harness as the per-op cases:
 host ahead, alternating rounds, ratio intervals) times ``layer.num_layers`` transformer layers of the
 model's real shapes, fwd+bwd, slowest rank, with:
   te:    no overlap, TE defaults, every configured preset, and the tuned combination (each op's
-         fastest userbuffers setting at that TP, written as the run's preset ``tuned_tp<N>``);
+         chosen userbuffers setting at that TP, written as the run's preset ``tuned_tp<N>``); where it
+         differs, also the fastest combination (each op's fastest userbuffers setting by estimate,
+         ``fastest_tp<N>``): per op, ties go to the cheaper setting, so the tuned combination can leave
+         up to the margin per op on the table; the block says whether those estimates add up;
   torch: no overlap, the bound, and chunked.n<N> with the chunk count most ops chose.
 The block-level winner is the tuned combination unless a reference beats it beyond the noise; then
 the fastest such reference, and the report says so.
@@ -30,20 +33,33 @@ def tuned_preset(tp: int) -> str:
     return f"tuned_tp{tp}"
 
 
+def fastest_preset(tp: int) -> str:
+    return f"fastest_tp{tp}"
+
+
+def _write_preset(d: Path, name: str, cfgs: dict, notes: list[str], title: str) -> None:
+    head = "".join(f"# {n}\n" for n in [title] + notes)
+    (d / f"{name}.yaml").write_text(head + yaml.safe_dump(cfgs, sort_keys=False, default_flow_style=None))
+
+
 def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> tuple[list[Case], Case]:
     """The block session's settings and the tuned one among them; writes the tuned preset (te)."""
     if s.backend == "te":
         from .decide import _ub_cfgs_at
 
-        cfgs, notes = _ub_cfgs_at(s, {op: {tp: p} for op, p in points_by_op.items()}, tp,
-                                  s.config["decision"]["noise_floor"])
+        by_op = {op: {tp: p} for op, p in points_by_op.items()}
+        floor = s.config["decision"]["noise_floor"]
+        cfgs, notes = _ub_cfgs_at(s, by_op, tp, floor)
+        fast, fast_notes = _ub_cfgs_at(s, by_op, tp, floor, fastest=True)
         d = presets_dir(run_dir)
         d.mkdir(parents=True, exist_ok=True)
-        head = "".join(f"# {n}\n" for n in [f"tuned combination at TP={tp}, per op:"] + notes)
-        (d / f"{tuned_preset(tp)}.yaml").write_text(head + yaml.safe_dump(cfgs, sort_keys=False,
-                                                                           default_flow_style=None))
+        _write_preset(d, tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:")
         presets = s.config["search"].get("te_presets", [])
         variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
+        if fast != cfgs:
+            _write_preset(d, fastest_preset(tp), fast, fast_notes,
+                          f"fastest combination at TP={tp} (each op's fastest userbuffers setting by estimate):")
+            variants.append(f"ub.{fastest_preset(tp)}")
         tuned = make_case("layer", tp, f"ub.{tuned_preset(tp)}")
     else:
         chunks = [parse_case_id(p["best"]["case"]).variant.chunks for p in points_by_op.values()
