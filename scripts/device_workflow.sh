@@ -4,6 +4,7 @@
 # then pack each run's small results into $OUT.
 #   [REPS=3] bash .device/run.sh bash scripts/device_workflow.sh config/gpu/a.yaml [config/gpu/b.yaml ...]
 #   RUN_TIMEOUT=300: stop a run after that many seconds (its files still come back)
+#   EXTRA_CONFIG=config/gpu/no-layer.yaml: one more --configfile over each config (e.g. no layer stage)
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
 set -u
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -19,7 +20,7 @@ for cfg in "$@"; do
   for k in $replist; do
     run=$base; [ "$reps" -gt 1 ] && run=$base-rep$k
     start=$(date +%s)
-    timeout -k 15 -s INT "${RUN_TIMEOUT:-0}" python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" --config run="$run" \
+    timeout -k 15 -s INT "${RUN_TIMEOUT:-0}" python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" ${EXTRA_CONFIG:+"$EXTRA_CONFIG"} --config run="$run" \
       --keep-going > "outputs-$run.log" 2>&1
     echo "$cfg -> $run: snakemake exit $? after $(( $(date +%s) - start )) s"
     tail -3 "outputs-$run.log"
