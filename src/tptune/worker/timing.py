@@ -142,6 +142,15 @@ def wall_batch(bench, iters: int) -> dict:
     return {"samples": samples, "host_ms": host, "timing": "wall"}
 
 
+def batch_checks(enqueue_ms: float, slept_ms: float, host_ms: float, gpu_ms: float,
+                 idle_marks: int) -> tuple[bool, bool]:
+    """(lead, fed) of one rank's batch (module doc, step 5): lead = the host finished enqueueing before
+    the GPU left the hold; fed = lead, or the launch queue held the host back while the host refills
+    it at least SAFETY times faster than the GPU drains it and no timed mark found the GPU idle."""
+    lead = enqueue_ms < slept_ms
+    return lead, lead or (host_ms * SAFETY < gpu_ms and idle_marks == 0)
+
+
 def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
     """CUDA: GPU time of ``iters`` iterations enqueued while the GPU is held (module doc)."""
     cpms = cycles_per_ms(ctx.device)
@@ -175,9 +184,8 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
         # figure (GPU free) is the host's launch time
         rec = {"sleep_ms": sleep_ms, "slept_ms": slept, "enqueue_ms": enqueue_ms, "preroll": preroll,
                "batch_host_ms": (t_end - t_batch) * 1e3 / iters, "idle_marks": len(idle)}
-        lead = enqueue_ms < slept
-        queue = agreed * SAFETY < gpu_agreed and not idle
-        lead_all, ahead_all = (x > 0 for x in _allreduce_host([float(lead), float(lead or queue)],
+        lead, fed = batch_checks(enqueue_ms, slept, agreed, gpu_agreed, len(idle))
+        lead_all, ahead_all = (x > 0 for x in _allreduce_host([float(lead), float(fed)],
                                                               ctx.cpu_group, dist.ReduceOp.MIN))
         rec["host_ahead"] = ahead_all
         rec["check"] = "lead" if lead_all else "queue" if ahead_all else "failed"
