@@ -46,6 +46,18 @@ def test_incomplete_or_invalid_configs_are_refused(tmp_path):
     assert not (tmp_path / "c.yaml").exists() and not (tmp_path / "c.json").exists()
 
 
+def test_fp8_knobs_reach_the_emitted_files_only_for_fp8(tmp_path):
+    """An FP8 run's fp8_buf on a pipelined reduce-scatter (where TE honours it) is written out as it is;
+    the same entry in a bf16 file is refused, naming the knob."""
+    cfg = te_default_ub_cfgs()
+    cfg["proj_fprop"] = {**cfg["proj_fprop"], "fp8_buf": 1}
+    y = yaml.safe_load(write_tp_comm_overlap_cfg(tmp_path / "f.yaml", cfg, fp8=True).read_text())
+    j = json.loads(write_ub_cfgs_json(tmp_path / "f.json", cfg, fp8=True).read_text())
+    assert y["proj_fprop"]["fp8_buf"] is True and j == y
+    with pytest.raises(ValueError, match="fp8_buf"):
+        write_tp_comm_overlap_cfg(tmp_path / "b.yaml", cfg)
+
+
 def test_ub_cfgs_json_matches_yaml(tmp_path):
     cfg = load_preset("nemo_tp4")
     j = json.loads(write_ub_cfgs_json(tmp_path / "ub.json", cfg).read_text())

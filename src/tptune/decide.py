@@ -293,7 +293,8 @@ def _best_at(point: dict, floor: float) -> tuple[dict, dict | None, list]:
 def _setting(case) -> dict:
     config = {"tp": case.tp, "case": case.id, "variant": case.variant_id}
     if case.variant.kind == "ub":
-        config["ub_cfgs"] = {k: v for k, v in ubcfg.case_ub_cfgs(case).items() if k.startswith(case.op + "_")}
+        config["ub_cfgs"] = {k: v for k, v in ubcfg.case_ub_cfgs(case, workload="fp8").items()
+                             if k.startswith(case.op + "_")}
     if case.variant.kind == "chunked":
         config["chunks"] = case.variant.chunks
     return config
@@ -353,6 +354,7 @@ def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float,
     """Ten-GEMM ub_cfgs for TP ``tp``: each op's chosen userbuffers setting there (``fastest``: its
     fastest by median, ties not given to the cheaper), else TE defaults."""
     per_op, notes = {}, []
+    wl = "fp8" if s.model.workload.is_fp8 else "bf16"
     for op, pts in points_by_op.items():
         if tp not in pts:
             notes.append(f"{op}: not measured at TP={tp}: TE defaults")
@@ -362,7 +364,7 @@ def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float,
                   and parse_case_id(p["case"]).variant.kind == "ub"]
             if ok:
                 best = min(ok, key=point_median)
-                per_op[op] = ubcfg.case_ub_cfgs(parse_case_id(best["case"]))
+                per_op[op] = ubcfg.case_ub_cfgs(parse_case_id(best["case"]), workload=wl)
                 notes.append(f"{op}: {best['case']} ({point_median(best):.3f} ms fwd+bwd)")
             continue
         best = _best_at(pts[tp], floor)[0]
@@ -376,13 +378,13 @@ def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float,
                              f"overlap is on, so its fastest userbuffers setting is written: {ub_best['case']}")
                 best, case = ub_best, parse_case_id(ub_best["case"])
         if case.variant.kind == "ub":
-            per_op[op] = ubcfg.case_ub_cfgs(case)
+            per_op[op] = ubcfg.case_ub_cfgs(case, workload=wl)
             notes.append(f"{op}: {best['case']} ({point_median(best):.3f} ms fwd+bwd)")
         else:
             notes.append(f"{op}: fastest at TP={tp} is {best['case']}: TE defaults written")
     if s.backend != "te":
         notes.append(f"{s.backend} backend run: no TE userbuffers were measured; entries are TE's defaults")
-    return ubcfg.compose_ub_cfgs(per_op), notes
+    return ubcfg.compose_ub_cfgs(per_op, workload=wl), notes
 
 
 def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
@@ -428,14 +430,14 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
     for t in all_tps:  # one file per TP measured; the model TP's is tp_comm_overlap_cfg.yaml
         ub, notes = cfgs_at(t)
         emit.write_tp_comm_overlap_cfg(run_dir / f"tp_comm_overlap_cfg.tp{t}.yaml", ub, model=m.name,
-                                       workload=meta["workload"], tp=t, notes=notes)
+                                       workload=meta["workload"], tp=t, notes=notes, fp8=w.is_fp8)
     ub, notes = cfgs_at(max(tp, all_tps[0]) if all_tps else 2)
     if tp == 1:
         notes.insert(0, "model-level decision: no TP (TP=1); entries are for the smallest TP measured")
     emit.write_tp_comm_overlap_cfg(run_dir / "tp_comm_overlap_cfg.yaml", ub, model=m.name,
                                    workload=meta["workload"], tp=max(tp, all_tps[0]) if all_tps else None,
-                                   notes=notes)
-    emit.write_ub_cfgs_json(run_dir / "ub_cfgs.json", ub)
+                                   notes=notes, fp8=w.is_fp8)
+    emit.write_ub_cfgs_json(run_dir / "ub_cfgs.json", ub, fp8=w.is_fp8)
     _write_megatron_switches(s, run_dir, ub, meta)
 
     choices = []

@@ -16,10 +16,10 @@ from .points import INF, point_case, point_median
 from .ubcfg import METHOD_KNOBS, validate_ub_cfgs
 
 
-def te_ub_cfgs(per_gemm: dict) -> dict[str, dict]:
+def te_ub_cfgs(per_gemm: dict, workload: str = "bf16") -> dict[str, dict]:
     """Validated ten-GEMM ub_cfgs in TE's types and order: method first, then only the knobs the
-    method uses, booleans as true/false."""
-    validate_ub_cfgs(per_gemm)
+    method uses, booleans as true/false (``workload`` "fp8" admits TE's FP8 knobs where it honours them)."""
+    validate_ub_cfgs(per_gemm, workload=workload)
     out = {}
     for name in TE_GEMMS:
         entry = per_gemm[name]
@@ -32,11 +32,11 @@ def te_ub_cfgs(per_gemm: dict) -> dict[str, dict]:
 
 def write_tp_comm_overlap_cfg(path: str | Path, per_gemm: dict, *, model: str | None = None,
                               workload: str | Mapping | None = None, tp: int | None = None,
-                              notes: Iterable[str] = ()) -> Path:
+                              notes: Iterable[str] = (), fp8: bool = False) -> Path:
     """YAML for Megatron-LM's ``--tp-comm-overlap-cfg`` (yaml.safe_load -> TE initialize_ub
     ub_cfgs): the ten GEMM entries, one flow mapping a line, under a header naming what it was
     tuned for."""
-    cfgs = te_ub_cfgs(per_gemm)
+    cfgs = te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16")
     if isinstance(workload, Mapping):
         workload = " ".join(f"{k}={v}" for k, v in workload.items())
     tuned = ", ".join(f"{k} {v}" for k, v in (("model", model), ("workload", workload), ("TP", tp))
@@ -50,10 +50,10 @@ def write_tp_comm_overlap_cfg(path: str | Path, per_gemm: dict, *, model: str | 
     return path
 
 
-def write_ub_cfgs_json(path: str | Path, per_gemm: dict) -> Path:
+def write_ub_cfgs_json(path: str | Path, per_gemm: dict, fp8: bool = False) -> Path:
     """The same ten-GEMM ub_cfgs as JSON, ready for ``initialize_ub(ub_cfgs=json.load(f))``."""
     path = Path(path)
-    path.write_text(json.dumps(te_ub_cfgs(per_gemm), indent=2) + "\n")
+    path.write_text(json.dumps(te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16"), indent=2) + "\n")
     return path
 
 

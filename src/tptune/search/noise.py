@@ -85,7 +85,8 @@ def cost_key(case: Case | str) -> tuple:
     if v.kind == "ub":
         try:
             from .ubcfg import case_ub_cfgs
-            cfg = {k: e for k, e in case_ub_cfgs(c).items() if k.startswith(c.op + "_")}
+            # "fp8" admits every knob TE may honour: the cost only counts SMs
+            cfg = {k: e for k, e in case_ub_cfgs(c, workload="fp8").items() if k.startswith(c.op + "_")}
             sms = sum(int(e.get("num_sm", METHOD_DEFAULTS[e["method"]]["num_sm"])) for e in cfg.values())
             methods = sum(_METHOD_RANK[e["method"]] for e in cfg.values())
         except (ValueError, KeyError, OSError):  # an unknown preset: fall back to the overrides

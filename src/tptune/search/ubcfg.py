@@ -301,7 +301,7 @@ def _as_ints(entry: dict) -> dict:
     return {k: int(v) if k in BOOL_KNOBS and isinstance(v, bool) else v for k, v in entry.items()}
 
 
-def compose_ub_cfgs(per_op: dict[str, dict], base: dict | None = None) -> dict[str, dict]:
+def compose_ub_cfgs(per_op: dict[str, dict], base: dict | None = None, *, workload: str = "bf16") -> dict[str, dict]:
     """One ten-GEMM ub_cfgs from per-op choices: op X's GEMMs ("X_*") come from ``per_op[X]``
     (a full or partial ub_cfgs, e.g. the winning case's), the rest from ``base`` (TE's defaults)."""
     cfgs = {k: dict(v) for k, v in (base or te_default_ub_cfgs()).items()}
@@ -310,5 +310,5 @@ def compose_ub_cfgs(per_op: dict[str, dict], base: dict | None = None) -> dict[s
         if not own:
             raise ValueError(f"compose_ub_cfgs: no {op}_* entries in the config given for {op}")
         cfgs.update((k, dict(v)) for k, v in own.items())
-    validate_ub_cfgs(cfgs, source="composed ub_cfgs")
+    validate_ub_cfgs(cfgs, source="composed ub_cfgs", workload=workload)
     return cfgs

@@ -226,9 +226,10 @@ def _load_yaml(path: str) -> dict:
         return yaml.safe_load(fh)
 
 
-def _ub_cfgs(case: Case, presets_dirs=None) -> dict:
+def _ub_cfgs(case: Case, presets_dirs=None, mc: ModelConfig | None = None) -> dict:
     from ..search.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
-    return case_ub_cfgs(case, presets_dirs)
+    fp8 = mc is not None and mc.workload.is_fp8
+    return case_ub_cfgs(case, presets_dirs, workload="fp8" if fp8 else "bf16")
 
 
 def check_ub_cfgs(cfgs: dict, case: Case, mc: ModelConfig, te_settings: dict) -> None:
@@ -372,7 +373,7 @@ class TeOpBench:
         if self.kind == "ub":  # validate before touching the GPU
             # ub_cfgs_file: a user's --tp-comm-overlap-cfg YAML, passed to initialize_ub unchanged
             path = self.te_settings.get("ub_cfgs_file")
-            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"))
+            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"), mc)
             check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)
         why = device_problem(case, mc, ctx)
         if why:

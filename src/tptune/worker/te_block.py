@@ -72,7 +72,7 @@ class TeBlockBench:
         self.ub_cfgs = None
         if self.overlap:
             path = self.te_settings.get("ub_cfgs_file")
-            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"))
+            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"), mc)
             if self.fp8:
                 from ..search.fp8 import UB_RECIPES
                 if w.recipe not in UB_RECIPES:

@@ -1,0 +1,21 @@
+"""worker.timing.batch_checks: when a host-ahead batch counts (lead, or a full launch queue)."""
+from tptune.worker.timing import SAFETY, batch_checks
+
+
+def test_lead_when_the_host_finished_before_the_hold_ended():
+    assert batch_checks(enqueue_ms=84.5, slept_ms=163.9, host_ms=1.7, gpu_ms=3.7, idle_marks=0) == (True, True)
+
+
+def test_a_block_held_back_by_the_launch_queue_counts():
+    """x2, 2-layer block: 12 iterations took 607 ms to enqueue against a 435 ms hold, the host launching
+    one in ~9 ms with the GPU free against 79 ms of GPU: the queue, not the host, was the limit."""
+    assert batch_checks(enqueue_ms=607.1, slept_ms=435.1, host_ms=8.7, gpu_ms=79.2, idle_marks=0) == (False, True)
+
+
+def test_an_idle_mark_or_a_slow_host_fails_the_queue_check():
+    assert batch_checks(607.1, 435.1, 8.7, 79.2, idle_marks=1) == (False, False)
+    # FP8 proj at TP 2: host 2.3 ms vs GPU 1.6 ms per iteration: host-bound, the GPU can starve
+    assert batch_checks(90.0, 60.0, 2.3, 1.6, 0) == (False, False)
+    # the refill margin is SAFETY x the host's launch time
+    assert batch_checks(90.0, 60.0, 1.0, SAFETY * 1.0 + 1e-6, 0) == (False, True)
+    assert batch_checks(90.0, 60.0, 1.0, SAFETY * 1.0, 0) == (False, False)
