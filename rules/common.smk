@@ -12,9 +12,11 @@ from tptune.settings import resolve
 from tptune import workflow as wf
 
 try:
-    # A dry run only plans: it needs no GPU (the measuring jobs check the hardware they run on).
+    # A dry run only plans, and a submit host (TPTUNE_SUBMIT_ONLY=1, e.g. a Slurm login node) only
+    # submits: neither needs a GPU (the measuring jobs check the hardware they run on).
     S = resolve(config, source="run config (config/config.yaml + --configfile/--config)",
-                check_hardware=not getattr(workflow.output_settings, "dryrun", False))
+                check_hardware=not (getattr(workflow.output_settings, "dryrun", False)
+                                    or os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"))
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 

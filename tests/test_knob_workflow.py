@@ -208,3 +208,27 @@ def test_dry_run_plans_the_first_knob_sessions(workdir, pool_dir):
     for op in ("proj", "qkv"):
         assert f"outputs/knobs/sessions/{op}/tp2/knobs/step0/session.json" in p.stdout
     assert "measure_step" in p.stdout and "knobs/step1" not in p.stdout
+
+
+@pytest.mark.slow
+def test_a_submit_host_without_gpus_submits_and_the_jobs_check_their_own_hardware(workdir, pool_dir):
+    """TPTUNE_SUBMIT_ONLY=1 (a Slurm login node): the te workflow parses and runs its bookkeeping
+    without a GPU; a measuring job run on this GPU-less host fails on its own, naming the problem."""
+    import os
+
+    cfg = base_config(pool_dir, run="submit", backend="te", ops=["proj"], tp_sizes=[2])
+    cfg["model"] = "config/models/tiny.yaml"
+    (workdir / "run.yaml").write_text(yaml.safe_dump(cfg))
+
+    def smk(*targets, **env):
+        return subprocess.run([sys.executable, "-m", "snakemake", *targets, "--cores", "2",
+                               "--configfile", "run.yaml"], cwd=workdir, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, **env})
+
+    p = smk("outputs/submit/model.json")
+    assert p.returncode != 0 and "TPTUNE_SUBMIT_ONLY=1" in p.stdout + p.stderr
+    p = smk("outputs/submit/model.json", TPTUNE_SUBMIT_ONLY="1")
+    assert p.returncode == 0 and (workdir / "outputs/submit/model.json").exists(), p.stderr[-2000:]
+    p = smk("outputs/submit/sessions/proj/tp2/fprop.ring_exchange/step0/session.json", TPTUNE_SUBMIT_ONLY="1")
+    log = (workdir / "outputs/submit/logs/measure/proj-tp2-fprop.ring_exchange-step0.log")
+    assert p.returncode != 0 and "te needs CUDA GPUs" in log.read_text()

@@ -104,9 +104,11 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
     if backend == "auto":
         backend = "te" if has_gpu and te_available() else "torch"
     if check_hardware and backend == "te" and not has_gpu:
-        problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch)")
+        problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch; on a "
+                        "submit host without GPUs, e.g. a Slurm login node, set TPTUNE_SUBMIT_ONLY=1)")
     if check_hardware and backend == "te" and not te_available():
-        problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]')")
+        problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]'; "
+                        "on a submit host without them set TPTUNE_SUBMIT_ONLY=1)")
     problems.extend(_knob_search_problems(config, backend))
     if mc is not None and mc.workload.is_fp8:
         # FP8: the torch backend refuses it in one line unless workload.fp8_emulation: bf16; the recipe
