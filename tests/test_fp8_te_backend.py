@@ -11,9 +11,8 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
 import torch.distributed as dist
-from test_te_backend import spawn_two_ranks
+from test_te_backend import spawn_two_ranks, start_fake_te_rank
 
 from tptune.cases import make_case
 from tptune.model import load_model
@@ -74,16 +73,9 @@ def _install_fp8_fakes(state: dict) -> None:
 def _rank_main(rank, world, port, case_ids, workload, perturb, te_settings, q):
     try:
         from tptune.cases import parse_case_id
-        from tptune.worker import te_backend
-        from tptune.worker.context import RankContext
         from tptune.worker.harness import run_case
 
-        state = {"ub": None, "inits": [], "destroys": 0, "mpu_inits": 0, "layers": [], "perturb": perturb}
-        _install_fp8_fakes(state)
-        te_backend.REQUIRE_CUDA = False
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        ctx = RankContext(rank, world, rank, torch.device("cpu"), dist.group.WORLD, dist.new_group(backend="gloo"))
+        state, ctx = start_fake_te_rank(rank, world, port, perturb, _install_fp8_fakes)
         mc = load_model(TINY, workload)
         settings = {"backend": "te", "check": True, "te": te_settings,
                     "timing": {"warmup": 1, "iters": 2, "min_rounds": 2, "max_rounds": 2, "profile_steps": 0}}

@@ -68,7 +68,7 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
 
     s = types.SimpleNamespace(backend="te", config={"decision": {"noise_floor": 0.02},
                                                      "search": {"te_presets": ["nvidia_bf16_tp2"]}},
-                              model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False)))
+                              model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16")))
     pts = {}
     for op in ("qkv", "proj", "fc1", "fc2"):
         cheap, preset = f"{op}-tp2-ub.te+dgrad.bulk.sm2", f"{op}-tp2-ub.nvidia_bf16_tp2"

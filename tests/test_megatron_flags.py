@@ -9,7 +9,7 @@ from tptune.search.megatron_flags import (MEGATRON_FIELDS, check_megatron, megat
                                           switches_for, transformer_config_overrides,
                                           write_megatron_flags, write_overlap_yaml,
                                           write_transformer_config_yaml)
-from tptune.search.ubcfg import load_preset, te_default_ub_cfgs, validate_ub_cfgs
+from tptune.search.ubcfg import load_preset, validate_ub_cfgs
 
 UB = load_preset("nvidia_bf16_tp2")
 

@@ -251,7 +251,6 @@ def test_rerun_submits_nothing(slurm_run):
 
 def test_gpu_ids_come_from_the_allocation(cluster, tmp_path):
     """Two jobs granted 2 and 3 of the node's (stand-in) GPUs each see exactly their own."""
-    env = _env(cluster, _shims(cluster, tmp_path / "bin"))
     code = ("import json; from tptune import gpupool; "
             "print(json.dumps({'granted': gpupool.scheduler_gpu_ids(), 'scope': gpupool.pool_scope()}))")
     outs, ids = [], []

@@ -238,19 +238,25 @@ def _install_fakes(state: dict) -> None:
     mod("megatron", core=core)
 
 
+def start_fake_te_rank(rank: int, world: int, port: int, perturb: float, install) -> tuple:
+    """One gloo rank with the stand-in TE/Megatron modules of ``install(state)``: (state, RankContext)."""
+    from tptune.worker import te_backend
+    from tptune.worker.context import RankContext
+
+    state = {"ub": None, "inits": [], "destroys": 0, "mpu_inits": 0, "layers": [], "perturb": perturb}
+    install(state)
+    te_backend.REQUIRE_CUDA = False
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    return state, RankContext(rank, world, rank, torch.device("cpu"), dist.group.WORLD, dist.new_group(backend="gloo"))
+
+
 def _rank_main(rank: int, world: int, port: int, case_ids: list, perturb: float, out_dir: str, q) -> None:
     try:
         from tptune.cases import parse_case_id
-        from tptune.worker import te_backend
-        from tptune.worker.context import RankContext
         from tptune.worker.harness import run_case
 
-        state = {"ub": None, "inits": [], "destroys": 0, "mpu_inits": 0, "layers": [], "perturb": perturb}
-        _install_fakes(state)
-        te_backend.REQUIRE_CUDA = False
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        ctx = RankContext(rank, world, rank, torch.device("cpu"), dist.group.WORLD, dist.new_group(backend="gloo"))
+        state, ctx = start_fake_te_rank(rank, world, port, perturb, _install_fakes)
         from torch.distributed import distributed_c10d as c10d
         n_groups = len(c10d._world.pg_map)
         mc = load_model(TINY, {"dtype": "bf16", "seq_length": 64})

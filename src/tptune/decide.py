@@ -293,8 +293,7 @@ def _best_at(point: dict, floor: float) -> tuple[dict, dict | None, list]:
 def _setting(case) -> dict:
     config = {"tp": case.tp, "case": case.id, "variant": case.variant_id}
     if case.variant.kind == "ub":
-        config["ub_cfgs"] = {k: v for k, v in ubcfg.case_ub_cfgs(case, workload="fp8").items()
-                             if k.startswith(case.op + "_")}
+        config["ub_cfgs"] = ubcfg.op_entries(ubcfg.case_ub_cfgs(case, workload="fp8"), case.op)
     if case.variant.kind == "chunked":
         config["chunks"] = case.variant.chunks
     return config
@@ -354,7 +353,7 @@ def _ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float,
     """Ten-GEMM ub_cfgs for TP ``tp``: each op's chosen userbuffers setting there (``fastest``: its
     fastest by median, ties not given to the cheaper), else TE defaults."""
     per_op, notes = {}, []
-    wl = "fp8" if s.model.workload.is_fp8 else "bf16"
+    wl = s.model.workload.ub_rules
     for op, pts in points_by_op.items():
         if tp not in pts:
             notes.append(f"{op}: not measured at TP={tp}: TE defaults")
@@ -500,7 +499,7 @@ def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -
     if s.backend != "te":
         return
     try:
-        sw = mf.switches_for({op: {k: v for k, v in ub.items() if k.startswith(op + "_")} for op in mf.OPS})
+        sw = mf.switches_for({op: ubcfg.op_entries(ub, op) for op in mf.OPS})
     except ValueError as exc:
         meta["megatron_switches_error"] = str(exc)
         return

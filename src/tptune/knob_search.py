@@ -17,14 +17,11 @@ from pathlib import Path
 from .cases import make_case, parse_case_id
 from .search.knobs import Session, plan_next, plan_result
 from .search.methods import grid_size
-from .search.ubcfg import case_ub_cfgs
+from .search.points import point_summary
+from .search.ubcfg import case_ub_cfgs, op_entries
 from .settings import Settings
 
 DIM = "knobs"
-
-
-def workload(s: Settings) -> str:
-    return "fp8" if s.model.workload.is_fp8 else "bf16"
 
 
 def references(s: Settings, op: str, tp: int) -> dict[str, dict]:
@@ -33,8 +30,8 @@ def references(s: Settings, op: str, tp: int) -> dict[str, dict]:
     the earlier name stands for that setting."""
     out, seen = {}, set()
     for name in ["te", *s.op_settings(op)["search"].get("te_presets", [])]:
-        cfgs = case_ub_cfgs(make_case(op, tp, f"ub.{name}"), workload=workload(s))
-        key = json.dumps({k: v for k, v in cfgs.items() if k.startswith(op + "_")}, sort_keys=True)
+        cfgs = case_ub_cfgs(make_case(op, tp, f"ub.{name}"), workload=s.model.workload.ub_rules)
+        key = json.dumps(op_entries(cfgs, op), sort_keys=True)
         if key not in seen:
             seen.add(key)
             out[name] = cfgs
@@ -44,7 +41,7 @@ def references(s: Settings, op: str, tp: int) -> dict[str, dict]:
 def planner_args(s: Settings, op: str, tp: int) -> dict:
     """Keyword arguments of knobs.plan_next/plan_result for (op, TP) of this run."""
     return {"references": references(s, op, tp), "config": s.op_settings(op)["search"].get("knobs"),
-            "workload": workload(s), "floor": s.config["decision"]["noise_floor"]}
+            "workload": s.model.workload.ub_rules, "floor": s.config["decision"]["noise_floor"]}
 
 
 def first_session(s: Settings, op: str, tp: int) -> Session:
@@ -76,7 +73,7 @@ def step_record(s: Settings, op: str, tp: int, step: int, prev: dict | None, run
            "asked": [v for e in sessions for v in e["values"]], "sessions": sessions,
            "next": list(nxt.members) if nxt else [], "next_label": nxt.label if nxt else None,
            "next_cases": list(nxt.members) if nxt else [],
-           "measured": {lab: {c: _summary(p) for c, p in pts.items()} for lab, pts in measured.items()},
+           "measured": {lab: {c: point_summary(p) for c, p in pts.items()} for lab, pts in measured.items()},
            "done": nxt is None}
     if nxt is None:
         res = plan_result(op, tp, measured=measured, **plan)
@@ -85,11 +82,6 @@ def step_record(s: Settings, op: str, tp: int, step: int, prev: dict | None, run
                                  plan["config"]),
                     "changes": changes(res.path, measured, plan["workload"], plan["floor"])})
     return rec
-
-
-def _summary(p: dict) -> dict:
-    return {"case": p["case"], "status": p["status"], "session": p.get("session"),
-            "median_ms": (p.get("timing") or {}).get("total_ms", {}).get("median")}
 
 
 def cost(op: str, tp: int, base: dict, sessions: list[dict], gpu_s: float, workload: str,
@@ -140,4 +132,4 @@ def _ratio(a: float, b: float) -> float | None:
 
 def _op_cfgs(case_id: str, workload: str) -> dict:
     c = parse_case_id(case_id)
-    return {k: v for k, v in case_ub_cfgs(c, workload=workload).items() if k.startswith(c.op + "_")}
+    return op_entries(case_ub_cfgs(c, workload=workload), c.op)

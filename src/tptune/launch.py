@@ -398,11 +398,12 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
         bs = [x.get("batch") or {} for x in ranks]
         host.append(max(b.get("host_ms", 0.0) for b in bs))
         ahead.append(all(b.get("host_ahead", True) for b in bs))
+        last = [(b.get("attempts") or [{}])[-1] for b in bs]   # each rank's attempt that counted
         batches.append({"round": rid, "host_ms": host[-1], "host_ahead": ahead[-1], "timing": bs[0].get("timing"),
                         "attempts": max(len(b.get("attempts") or []) for b in bs),
-                        "slept_ms": max((b.get("attempts") or [{}])[-1].get("slept_ms", 0.0) for b in bs),
-                        "enqueue_ms": max((b.get("attempts") or [{}])[-1].get("enqueue_ms", 0.0) for b in bs),
-                        "check": (bs[0].get("attempts") or [{}])[-1].get("check")})
+                        "slept_ms": max(a.get("slept_ms", 0.0) for a in last),
+                        "enqueue_ms": max(a.get("enqueue_ms", 0.0) for a in last),
+                        "check": last[0].get("check")})
     timing = {}
     for k, v in all_it.items():
         st = stats(v)
@@ -454,15 +455,16 @@ def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, setting
         run["correctness"] = ranks[0].get("correctness")
         run["environment"] = first["reply"]["environment"]
         launches = [res for _, res in rounds]
+
+        def slowest(key):   # summed over rounds, the slowest rank of each
+            return sum(max(r.get(key, 0.0) for r in res["reply"]["ranks"]) for res in launches)
         run["launch"] = {
             "gpus": first["gpus"], "server_started": any(a.get("server_started") for a in attempts),
             "startup": next((res["reply"].get("startup") for res in launches if res["reply"].get("startup")), None),
             "init_s": max(r["init_s"] for res in launches for r in res["reply"]["ranks"]),
-            "measure_s": sum(max(r["measure_s"] for r in res["reply"]["ranks"]) for res in launches),
-            "case_s": sum(max(r["total_s"] for r in res["reply"]["ranks"]) for res in launches),
+            "measure_s": slowest("measure_s"), "case_s": slowest("total_s"),
             # the rest of held_s: teardown, the worker's request handling, the client's round trip
-            "close_s": sum(max(r.get("close_s", 0.0) for r in res["reply"]["ranks"]) for res in launches),
-            "serve_s": sum(max(r.get("serve_s", 0.0) for r in res["reply"]["ranks"]) for res in launches),
+            "close_s": slowest("close_s"), "serve_s": slowest("serve_s"),
             "rounds": len(rounds), "held_s": run["wall_s"],
         }
     return run

@@ -148,6 +148,11 @@ class Workload:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def ub_rules(self) -> str:
+        """The userbuffers rule set (ubcfg.validate_ub_cfgs ``workload``): "fp8" admits TE's FP8 knobs."""
+        return "fp8" if self.is_fp8 else "bf16"
+
+    @property
     def params_dtype(self) -> str:
         """The dtype parameters and master weights are kept in: bf16 under FP8 (TE quantizes them)."""
         return "bf16" if self.is_fp8 else self.dtype

@@ -18,6 +18,7 @@ from . import knob_search
 from .cases import Case, Variant, make_case, parse_case_id
 from .search import bisect
 from .search.methods import chunk_candidates, te_candidates
+from .search.points import point_summary
 from .settings import Settings
 
 METHOD_SEARCH_KEYS = ("te_methods", "num_sm", "pipeline", "chunks", "cga_size", "set_sm_margin")
@@ -148,9 +149,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
     rec = {"op": op, "tp": tp, "dim": dim_name, "step": step, "mode": mode,
            "candidates": list(dim.candidates), "asked": [v for e in sessions for v in e["values"]],
            "sessions": sessions, "next": nxt, "next_cases": [dim.case_of(v).id for v in nxt],
-           "measured": {str(v): {"case": p["case"], "status": p["status"], "session": p.get("session"),
-                                 "median_ms": (p.get("timing") or {}).get("total_ms", {}).get("median")}
-                        for v, p in measured.items()},
+           "measured": {str(v): point_summary(p) for v, p in measured.items()},
            "done": not nxt}
     if not nxt:
         if len(dim.candidates) == 1:
@@ -182,20 +181,20 @@ def point_members(s: Settings, op: str, tp: int, results: list[dict]) -> tuple[l
     winners = [parse_case_id(r["best_case"]) for r in results]
     tuned = tuned_cases(s, op, tp, {r["dim"]: r for r in results})
     refs = reference_cases(s, op, tp)  # the named yardsticks stay, even where two are the same setting
-    distinct = distinct_settings(refs + winners + tuned, knob_search.workload(s))
+    distinct = distinct_settings(refs + winners + tuned, s.model.workload.ub_rules)
     return refs + [c for c in distinct if c not in refs], tuned
 
 
 def distinct_settings(cases: list[Case], workload: str = "bf16") -> list[Case]:
     """Cases in order, dropping any whose effective setting an earlier one already has (e.g.
     ub.te+dgrad.ring for fc2 is TE's default fc2_dgrad: the same ub_cfgs as ub.te)."""
-    from .search.ubcfg import case_ub_cfgs
+    from .search.ubcfg import case_ub_cfgs, op_entries
 
     seen, out = set(), []
     for c in cases:
         if c.variant.kind == "ub":
             cfg = case_ub_cfgs(c, workload=workload)
-            key = json.dumps({k: v for k, v in cfg.items() if k.startswith(c.op + "_")}, sort_keys=True)
+            key = json.dumps(op_entries(cfg, c.op), sort_keys=True)
         else:
             key = c.variant_id
         if key not in seen:

@@ -84,9 +84,9 @@ def cost_key(case: Case | str) -> tuple:
     sms = methods = 0
     if v.kind == "ub":
         try:
-            from .ubcfg import case_ub_cfgs
+            from .ubcfg import case_ub_cfgs, op_entries
             # "fp8" admits every knob TE may honour: the cost only counts SMs
-            cfg = {k: e for k, e in case_ub_cfgs(c, workload="fp8").items() if k.startswith(c.op + "_")}
+            cfg = op_entries(case_ub_cfgs(c, workload="fp8"), c.op)
             sms = sum(int(e.get("num_sm", METHOD_DEFAULTS[e["method"]]["num_sm"])) for e in cfg.values())
             methods = sum(_METHOD_RANK[e["method"]] for e in cfg.values())
         except (ValueError, KeyError, OSError):  # an unknown preset: fall back to the overrides

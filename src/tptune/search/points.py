@@ -38,6 +38,12 @@ def point_median(point: dict | None, metric: str = METRIC) -> float:
     return INF if stats is None else float(stats["median"])
 
 
+def point_summary(point: dict) -> dict:
+    """What a search record keeps of a point: case, status, session and median (ms; None if failed)."""
+    return {"case": point["case"], "status": point["status"], "session": point.get("session"),
+            "median_ms": (point.get("timing") or {}).get("total_ms", {}).get("median")}
+
+
 def point_samples(point: dict | None, metric: str = METRIC) -> list[float]:
     stats = point_stats(point, metric)
     return [] if stats is None else [float(x) for x in stats.get("samples") or []]

@@ -168,6 +168,11 @@ def case_ub_cfgs(case: Case, presets_dir: str | Path | list | None = None, *,
     return cfgs
 
 
+def op_entries(cfgs: dict, op: str) -> dict[str, dict]:
+    """The ``<op>_*`` entries (one op's GEMMs) of a ub_cfgs."""
+    return {k: v for k, v in cfgs.items() if k.startswith(op + "_")}
+
+
 def validate_ub_cfgs(cfgs: dict, *, require_all: bool = True, source: str = "ub_cfgs",
                      workload: str = "bf16") -> None:
     """Raise ValueError naming the first bad key: unknown GEMM, missing or unsupported method (see

@@ -84,6 +84,17 @@ RTOL_LAYER, ATOL_LAYER = 0.025, 0.00125
 # passes give the reference the same amax history maxima (the first pass at the initial scale, the
 # second at the calibrated one); with TE's "max" over the history both then quantize alike.
 REF_PRIME_ITERS = 2
+
+
+def prime_reference(mc: ModelConfig, run_ref, x: torch.Tensor, grad_out: torch.Tensor, params) -> None:
+    """Delayed scaling: REF_PRIME_ITERS fwd+bwd of the reference (``run_ref(x)``) on the same input,
+    then its gradients cleared; nothing for stateless recipes."""
+    if not (mc.workload.is_fp8 and mc.workload.recipe == "delayed"):
+        return
+    for _ in range(REF_PRIME_ITERS):
+        run_ref(x.detach().clone().requires_grad_(True)).backward(grad_out)
+    for p in params:
+        p.grad = None
 AMAX_REDUCE_MARK = "tptune.fp8.amax_reduce"
 # make_recipe: DelayedScaling's history (TE's default; NeMo's bf16_with_fp8_mixed uses the same).
 AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO = 1024, "max"
@@ -228,8 +239,7 @@ def _load_yaml(path: str) -> dict:
 
 def _ub_cfgs(case: Case, presets_dirs=None, mc: ModelConfig | None = None) -> dict:
     from ..search.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
-    fp8 = mc is not None and mc.workload.is_fp8
-    return case_ub_cfgs(case, presets_dirs, workload="fp8" if fp8 else "bf16")
+    return case_ub_cfgs(case, presets_dirs, workload=mc.workload.ub_rules if mc is not None else "bf16")
 
 
 def check_ub_cfgs(cfgs: dict, case: Case, mc: ModelConfig, te_settings: dict) -> None:
@@ -353,7 +363,20 @@ def _max_err(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return abs_err, rel_err
 
 
-class TeOpBench:
+class _TeBench:
+    """What the op and block benches share: backward of the last forward, gradients cleared."""
+
+    def backward(self):
+        self.out.backward(self.grad_out)
+        self.out = None
+
+    def zero_grad(self):
+        self.x.grad = None
+        for p in self._grad_params():
+            p.grad = None
+
+
+class TeOpBench(_TeBench):
     """One op's Megatron-core TE layer on one rank (the bench interface of worker.harness)."""
 
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
@@ -365,7 +388,7 @@ class TeOpBench:
         self.te_settings = dict(settings.get("te") or {})
         self.tp, self.rank = case.tp, ctx.rank
         self.dtype = TORCH_DTYPES[mc.workload.dtype]
-        self.fp8 = mc.workload.dtype == "fp8"
+        self.fp8 = mc.workload.is_fp8
         self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL, ATOL)
         self.column = parallel_kind(case.op) == "column"
         self.k_in, self.n_out = weight_shape(case.op, mc)
@@ -512,19 +535,16 @@ class TeOpBench:
             return contextlib.nullcontext()
         return fp8_autocast(self.te, self.recipe, self.ctx.group)
 
-    def forward(self):
+    def _autocast_run(self, x: torch.Tensor, layer=None) -> torch.Tensor:
         with self._autocast():
-            self.out = self._run(self.x)
+            return self._run(x, layer=layer)
+
+    def forward(self):
+        self.out = self._autocast_run(self.x)
         return self.out
 
-    def backward(self):
-        self.out.backward(self.grad_out)
-        self.out = None
-
-    def zero_grad(self):
-        self.x.grad = None
-        for p in self._params().values():
-            p.grad = None
+    def _grad_params(self):
+        return self._params().values()
 
     def gradients(self) -> dict[str, torch.Tensor]:
         return {"input": self.x.grad, **{k: p.grad for k, p in self._params().items()}}
@@ -538,15 +558,10 @@ class TeOpBench:
         none/nocomm: finite."""
         self.zero_grad()
         ref_layer = self._reference_layer() if self.kind == "ub" else None
-        if ref_layer is not None and self.fp8 and self.mc.workload.recipe == "delayed":
-            for _ in range(REF_PRIME_ITERS):
-                with self._autocast():
-                    o = self._run(self.x.detach().clone().requires_grad_(True), layer=ref_layer)
-                o.backward(self.grad_out)
-            for p in ref_layer.parameters():
-                p.grad = None
-        with self._autocast():
-            out = self._run(self.x)
+        if ref_layer is not None:
+            prime_reference(self.mc, lambda x, m=ref_layer: self._autocast_run(x, m), self.x, self.grad_out,
+                            ref_layer.parameters())
+        out = self._autocast_run(self.x)
         out.backward(self.grad_out)
         test = {"output": out.detach(), **{k: g.detach() for k, g in self.gradients().items()}}
         self.zero_grad()
@@ -557,8 +572,7 @@ class TeOpBench:
         if self.column:
             ref_params["norm_weight"] = ref_layer.layer_norm_weight
         x_ref = self.x.detach().clone().requires_grad_(True)
-        with self._autocast():
-            out_ref = self._run(x_ref, layer=ref_layer)
+        out_ref = self._autocast_run(x_ref, ref_layer)
         out_ref.backward(self.grad_out)
         ref = {"output": out_ref.detach(), "input": x_ref.grad,
                **{k: p.grad for k, p in ref_params.items()}}

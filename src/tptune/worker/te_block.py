@@ -51,7 +51,7 @@ def _seed_rng(seed: int) -> None:
     _SEEDED = True
 
 
-class TeBlockBench:
+class TeBlockBench(_tb._TeBench):
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
         if case.variant.kind not in ("none", "ub"):
             raise ValueError(f"{case.id}: a layer case is none or ub.<preset> on the te backend")
@@ -66,7 +66,7 @@ class TeBlockBench:
         self.te_settings = dict(settings.get("te") or {})
         self.layers = int((settings.get("layer") or {}).get("num_layers", DEFAULT_LAYERS))
         self.dtype = TORCH_DTYPES[w.dtype]
-        self.fp8 = w.dtype == "fp8"
+        self.fp8 = w.is_fp8
         self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL_LAYER, ATOL_LAYER)
         self.overlap = case.variant.kind == "ub"
         self.ub_cfgs = None
@@ -154,14 +154,8 @@ class TeBlockBench:
         self.out = self._run(self.block, self.x)
         return self.out
 
-    def backward(self):
-        self.out.backward(self.grad_out)
-        self.out = None
-
-    def zero_grad(self):
-        self.x.grad = None
-        for p in self.block.parameters():
-            p.grad = None
+    def _grad_params(self):
+        return self.block.parameters()
 
     def correctness(self) -> dict:
         self.zero_grad()
@@ -169,11 +163,7 @@ class TeBlockBench:
         if self.overlap:   # the block's weights; FP8 scaling state from priming passes (te_backend.REF_PRIME_ITERS)
             ref = self._build(False)
             _tb.copy_module_state(ref, self.block)
-            if self.fp8 and self.mc.workload.recipe == "delayed":   # te_backend.REF_PRIME_ITERS: why
-                for _ in range(_tb.REF_PRIME_ITERS):
-                    self._run(ref, self.x.detach().clone().requires_grad_(True)).backward(self.grad_out)
-                for p in ref.parameters():
-                    p.grad = None
+            _tb.prime_reference(self.mc, lambda x, m=ref: self._run(m, x), self.x, self.grad_out, ref.parameters())
         out = self._run(self.block, self.x)
         out.backward(self.grad_out)
         test = {"output": out.detach(), "input": self.x.grad.detach()}
