@@ -155,14 +155,15 @@ def test_report_written_and_jobs_in_accounting(slurm_run):
 
 def _group_jobs(log: str) -> list[list[tuple[str, dict]]]:
     """The member jobs of each measurement group job the snakemake log announces: [(rule, wildcards)].
-    A group's block is its header line and the indented lines under it (the plugin's "Job ... has been
-    submitted" lines, from another thread, may fall in between)."""
+    A group's block is its header line and the indented lines under it, up to the next Snakemake record
+    ("[<time>] ..."); the plugin's own unindented lines from another thread ("Job ... has been
+    submitted", "No SLURM account given ...") may fall in between."""
     groups, current = [], None
     for line in log.splitlines():
         if re.search(r"\] Group job (measure|layer)-\S+ \(jobs", line):
             current = []
             groups.append(current)
-        elif current is not None and line and not line[0].isspace() and not line.startswith("Job "):
+        elif current is not None and line.startswith("["):
             current = None
         elif current is not None:
             m = re.match(r"\s+(?:local)?(?:rule|checkpoint) (\w+):$", line)
