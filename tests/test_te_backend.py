@@ -352,22 +352,73 @@ def test_correctness_flags_a_wrong_overlap(tmp_path):
     assert corr["rtol"] == 0.02 and corr["atol"] == 0.001
 
 
-def test_nocomm_stand_ins_keep_shapes_and_route_gradients():
-    """The nocomm collectives' stand-ins: local slice in, full buffer out; gradients of the slice back."""
-    from tptune.worker.te_backend import _FakeGather, _FakeScatter
+def test_local_collectives_copy_locally_and_restore_torch_distributed():
+    """nocomm's stand-ins: the shard into the rank's slice, a frozen first shard into the others; the
+    rank's slice of a reduce-scatter's input; torch.distributed's own functions back afterwards."""
+    from tptune.worker.te_backend import LocalCollectives
 
     world, rank = 4, 2
-    full = torch.randn(8, 1, 3)
-    x = torch.randn(2, 1, 3, requires_grad=True)
-    for _ in range(2):  # the same buffer, twice: no stale autograd history
-        y = _FakeGather.apply(x, full.detach(), rank, world)
-        assert y.shape == (8, 1, 3) and torch.equal(y[4:6], x.detach())
-        (y * torch.arange(8.0).view(8, 1, 1)).sum().backward()
-        assert torch.equal(x.grad, torch.tensor([4.0, 5.0]).view(2, 1, 1).expand(2, 1, 3))
-        x.grad = None
-    gfull = torch.zeros(8, 1, 3)
-    z = torch.randn(8, 1, 3, requires_grad=True)
-    out = _FakeScatter.apply(z, rank, world, gfull)
-    assert out.shape == (2, 1, 3) and torch.equal(out, z.detach()[4:6])
-    out.backward(torch.ones(2, 1, 3))
-    assert torch.equal(z.grad[4:6], torch.ones(2, 1, 3)) and float(z.grad.sum()) == 6.0
+    local = LocalCollectives(rank, world)
+    first, second = torch.randn(2, 1, 3), torch.randn(2, 1, 3)
+    orig = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+    with local.installed():
+        assert dist.all_gather_into_tensor == local.all_gather_into_tensor
+        out = torch.full((8, 1, 3), float("nan"))
+        assert dist.all_gather_into_tensor(out, first) is None
+        assert all(torch.equal(out[2 * r:2 * r + 2], first) for r in range(world))
+        work = dist.all_gather_into_tensor(out, second, async_op=True)
+        assert work.wait() and torch.equal(out[4:6], second) and torch.equal(out[0:2], first)
+        fp8_bytes = torch.randint(0, 255, (2, 3), dtype=torch.uint8)  # frozen per dtype and size
+        out8 = torch.zeros((8, 3), dtype=torch.uint8)
+        dist.all_gather_into_tensor(out8, fp8_bytes)
+        assert torch.equal(out8[6:8], fp8_bytes)
+        z, rs = torch.randn(8, 1, 3), torch.empty(2, 1, 3)
+        dist.reduce_scatter_tensor(rs, z)
+        assert torch.equal(rs, z[4:6])
+        with pytest.raises(RuntimeError, match="nocomm gather: output of 9 elements"):
+            dist.all_gather_into_tensor(torch.empty(9), torch.empty(2))
+    assert (dist.all_gather_into_tensor, dist.reduce_scatter_tensor) == orig
+
+
+def _nocomm_rank(rank: int, world: int, port: int, q) -> None:
+    try:
+        from tptune.cases import parse_case_id
+        from tptune.worker import te_backend
+
+        _, ctx = start_fake_te_rank(rank, world, port, 0.0, _install_fakes)
+        mc = load_model(TINY, {"dtype": "bf16", "seq_length": 64})
+        got = {}
+        for op in ("qkv", "proj"):
+            outs = {}
+            for kind in ("none", "nocomm"):
+                bench = te_backend.build(parse_case_id(f"{op}-tp2-{kind}"), mc, ctx, {})
+                outs[kind] = bench.forward().detach().clone()
+                bench.backward()
+                outs[kind + "_xgrad"] = bench.x.grad.clone()
+                if kind == "nocomm":
+                    local_full = bench.x.detach() @ bench.layer.weight.detach().t()
+                bench.close()
+            half = outs["none"].shape[0] // (2 if op == "qkv" else 1)
+            if op == "qkv":  # column: the rank's own token rows as with NCCL; the others from its frozen shard
+                mine = slice(rank * half, (rank + 1) * half)
+                got[op] = {"own_rows_equal": torch.equal(outs["nocomm"][mine], outs["none"][mine]),
+                           "other_rows_are_frozen_shard": torch.equal(outs["nocomm"][:half], outs["nocomm"][half:]),
+                           "none_rows_differ": not torch.equal(outs["none"][:half], outs["none"][half:])}
+            else:  # row: the rank's slice of its own partial output, no sum over ranks
+                n = outs["nocomm"].shape[0]
+                got[op] = {"own_partial": torch.allclose(outs["nocomm"], local_full[rank * n:(rank + 1) * n]),
+                           "not_the_sum": not torch.allclose(outs["nocomm"], outs["none"])}
+            got[op]["grad_shape"] = list(outs["nocomm_xgrad"].shape) == list(outs["none_xgrad"].shape)
+        q.put((rank, "ok", got))
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001
+        import traceback
+        q.put((rank, "error", f"{exc!r}\n{traceback.format_exc()}"))
+
+
+@pytest.mark.slow
+def test_nocomm_is_the_none_layer_with_local_collectives():
+    got = spawn_two_ranks(_nocomm_rank)
+    for rank, res in got.items():
+        for op, checks in res.items():
+            assert all(checks.values()), (rank, op, checks)

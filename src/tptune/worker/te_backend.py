@@ -10,12 +10,14 @@ Variants:
   ub.*     tp_comm_overlap=True and ``initialize_ub(shape=[seq*mbs, hidden], ub_cfgs=<the case's>)``
            (tptune.search.ubcfg.case_ub_cfgs: the preset merged with the case's per-GEMM overrides);
            ``destroy_ub()`` in close().
-  nocomm   the no-communication bound: the same local GEMMs and norm with TE's plain te.RMSNorm +
-           te.Linear (no TP). The collectives are replaced by local stand-ins that keep every shape:
-           column ops write the rank's normed tokens into its slice of a persistent full-token buffer
-           (the other slices hold fixed random data) and take their own slice of dgrad's output;
-           row ops keep their own slice of the full-token output and put grad_out into a persistent
-           full-token gradient. So fprop/dgrad/wgrad run on exactly the shapes of ops.op_gemms.
+  nocomm   the no-communication bound: the `none` layer itself (same Megatron-core TE module, same
+           norm, casts, FP8 quantization and amax reductions), with TE's two TP collectives replaced by
+           local copies while the bench runs (LocalCollectives: torch.distributed.all_gather_into_tensor
+           and reduce_scatter_tensor, which TE's distributed.py calls for bf16 and FP8 alike). A gather
+           puts the rank's shard into its slice and a frozen copy of its first shard into the others;
+           a reduce-scatter keeps the rank's slice. So fprop/dgrad/wgrad run on exactly the shapes of
+           ops.op_gemms, and under FP8 the local shard is quantized before the "gather" as TE does. The
+           bound keeps the writes into the gathered buffer, at local-copy speed instead of NVLink's.
 
 Layout (Megatron): activations are [s, b, h]; sequence parallelism splits s. Column ops take the
 local [s/tp, b, hidden] input and return [s, b, out/tp]; row ops take [s, b, in/tp] and return
@@ -322,36 +324,59 @@ def release_ub(te_base, ctx: RankContext, live: bool, groups: list, collective: 
                 pass
 
 
-class _FakeGather(torch.autograd.Function):
-    """nocomm stand-in for the sequence-parallel all-gather: the local tokens go into the rank's slice
-    of a full-token buffer (mark_dirty: written in place); backward keeps the rank's slice."""
+class _LocalWork:
+    """The handle an async stand-in collective returns: already complete."""
 
-    @staticmethod
-    def forward(ctx, x_local, full, rank, world):
-        full.view(world, -1, *full.shape[1:])[rank].copy_(x_local)
-        ctx.mark_dirty(full)
-        ctx.rank, ctx.world = rank, world
-        return full
+    def wait(self, *args, **kwargs):
+        return True
 
-    @staticmethod
-    def backward(ctx, grad_full):
-        return grad_full.view(ctx.world, -1, *grad_full.shape[1:])[ctx.rank], None, None, None
+    def is_completed(self):
+        return True
 
 
-class _FakeScatter(torch.autograd.Function):
-    """nocomm stand-in for the reduce-scatter: keep the rank's slice of the full-token output;
-    backward writes the local gradient into the rank's slice of a persistent full-token gradient."""
+class LocalCollectives:
+    """nocomm: all_gather_into_tensor / reduce_scatter_tensor as local copies on one rank of ``world``.
 
-    @staticmethod
-    def forward(ctx, y_full, rank, world, grad_full):
-        ctx.rank, ctx.world, ctx.grad_full = rank, world, grad_full
-        return y_full.view(world, -1, *y_full.shape[1:])[rank]
+    Gather: the rank's shard into its slice, a frozen copy of the first shard seen (per dtype and size)
+    into the others, so every slice holds real, finite data of the tensor's kind (FP8 bytes included)
+    and nothing is read from another GPU. Reduce-scatter: the rank's slice of its own input."""
 
-    @staticmethod
-    def backward(ctx, grad_local):
-        g = ctx.grad_full
-        g.view(ctx.world, -1, *g.shape[1:])[ctx.rank].copy_(grad_local)
-        return g, None, None, None
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        self._frozen: dict = {}
+
+    def all_gather_into_tensor(self, out, inp, group=None, async_op=False):
+        src = inp.reshape(-1)
+        if out.numel() != src.numel() * self.world:
+            raise RuntimeError(f"nocomm gather: output of {out.numel()} elements for {self.world} shards "
+                               f"of {src.numel()}")
+        key = (src.dtype, src.numel(), str(src.device))
+        frozen = self._frozen.get(key)
+        if frozen is None:
+            frozen = self._frozen[key] = src.detach().clone()
+        with record_function("tptune.nocomm.gather"):
+            slices = out.view(self.world, -1)
+            for r in range(self.world):
+                slices[r].copy_(src if r == self.rank else frozen)
+        return _LocalWork() if async_op else None
+
+    def reduce_scatter_tensor(self, out, inp, op=None, group=None, async_op=False):
+        if inp.numel() != out.numel() * self.world:
+            raise RuntimeError(f"nocomm reduce-scatter: input of {inp.numel()} elements for {self.world} "
+                               f"slices of {out.numel()}")
+        with record_function("tptune.nocomm.scatter"):
+            out.view(-1).copy_(inp.reshape(self.world, -1)[self.rank])
+        return _LocalWork() if async_op else None
+
+    @contextlib.contextmanager
+    def installed(self):
+        """torch.distributed's two functions replaced for the duration (TE looks them up per call)."""
+        saved = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+        dist.all_gather_into_tensor, dist.reduce_scatter_tensor = self.all_gather_into_tensor, self.reduce_scatter_tensor
+        try:
+            yield
+        finally:
+            dist.all_gather_into_tensor, dist.reduce_scatter_tensor = saved
 
 
 def _max_err(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
@@ -407,17 +432,14 @@ class TeOpBench(_TeBench):
             mark_amax_reduction()
         self._ub_groups: list = []
         self._ub_live = False
-        self.layer = self.norm = self.linear = None
-        self.full_in = self.full_grad = None
+        self.layer = None
+        self.local = LocalCollectives(self.rank, self.tp) if self.kind == "nocomm" else None
         self.out = None
         try:
-            if self.kind == "nocomm":
-                self._build_nocomm()
-            else:
-                self._ensure_model_parallel()
-                if self.kind == "ub":
-                    self._init_ub()
-                self.layer = self._tp_layer(overlap=self.kind == "ub")
+            self._ensure_model_parallel()
+            if self.kind == "ub":
+                self._init_ub()
+            self.layer = self._tp_layer(overlap=self.kind == "ub")
             self._init_params(seed)
             self._init_data(seed)
         except BaseException:
@@ -459,34 +481,13 @@ class TeOpBench(_TeBench):
             self.k_in, self.n_out, config=cfg, init_method=cfg.output_layer_init_method, bias=False,
             input_is_parallel=True, skip_bias_add=True, is_expert=False, tp_comm_buffer_name=self.case.op)
 
-    def _build_nocomm(self) -> None:
-        te, dev, dt = self.te, self.ctx.device, self.dtype
-        w = self.mc.workload
-        if self.column:
-            self.norm = te.RMSNorm(self.k_in, eps=LAYERNORM_EPS, device=dev, dtype=dt)
-            self.linear = te.Linear(self.k_in, self.n_out // self.tp, bias=False, params_dtype=dt, device=dev)
-        else:
-            self.linear = te.Linear(self.k_in // self.tp, self.n_out, bias=False, params_dtype=dt, device=dev)
-        gen = torch.Generator(device=dev).manual_seed(7 + self.rank)
-        if self.tp > 1 and self.column:
-            self.full_in = torch.randn((w.seq_length, w.micro_batch_size, self.k_in), generator=gen,
-                                       device=dev, dtype=dt)
-        if self.tp > 1 and not self.column:
-            self.full_grad = torch.randn((w.seq_length, w.micro_batch_size, self.n_out), generator=gen,
-                                         device=dev, dtype=dt)
-
     def _init_ub(self) -> None:
         start_ub(self)
 
     def _params(self) -> dict[str, torch.nn.Parameter]:
-        if self.layer is not None:
-            p = {"weight": self.layer.weight}
-            if self.column:
-                p["norm_weight"] = self.layer.layer_norm_weight
-            return p
-        p = {"weight": self.linear.weight}
-        if self.norm is not None:
-            p["norm_weight"] = self.norm.weight
+        p = {"weight": self.layer.weight}
+        if self.column:
+            p["norm_weight"] = self.layer.layer_norm_weight
         return p
 
     def _init_params(self, seed: int) -> None:
@@ -513,21 +514,12 @@ class TeOpBench(_TeBench):
 
     # -- the bench interface ----------------------------------------------------------------------
     def _run(self, x: torch.Tensor, layer=None) -> torch.Tensor:
-        layer = layer if layer is not None else self.layer
-        if layer is not None:
-            out = layer(x)
-            return out[0] if isinstance(out, tuple) else out
-        if self.column:
-            y = self.norm(x)
-            if self.tp > 1:
-                with record_function("tptune.nocomm.gather"):
-                    y = _FakeGather.apply(y, self.full_in.detach(), self.rank, self.tp)
-            return self.linear(y)
-        y = self.linear(x)
-        if self.tp > 1:
-            with record_function("tptune.nocomm.scatter"):
-                y = _FakeScatter.apply(y, self.rank, self.tp, self.full_grad)
-        return y
+        out = (layer if layer is not None else self.layer)(x)
+        return out[0] if isinstance(out, tuple) else out
+
+    def _collectives(self):
+        """nocomm: TE's TP collectives as local copies (LocalCollectives); else unchanged."""
+        return self.local.installed() if self.local is not None else contextlib.nullcontext()
 
     def _autocast(self):
         """The FP8 recipe's context (a no-op context for other dtypes)."""
@@ -540,8 +532,13 @@ class TeOpBench(_TeBench):
             return self._run(x, layer=layer)
 
     def forward(self):
-        self.out = self._autocast_run(self.x)
+        with self._collectives():
+            self.out = self._autocast_run(self.x)
         return self.out
+
+    def backward(self):
+        with self._collectives():
+            super().backward()
 
     def _grad_params(self):
         return self._params().values()
@@ -561,8 +558,9 @@ class TeOpBench(_TeBench):
         if ref_layer is not None:
             prime_reference(self.mc, lambda x, m=ref_layer: self._autocast_run(x, m), self.x, self.grad_out,
                             ref_layer.parameters())
-        out = self._autocast_run(self.x)
-        out.backward(self.grad_out)
+        with self._collectives():
+            out = self._autocast_run(self.x)
+            out.backward(self.grad_out)
         test = {"output": out.detach(), **{k: g.detach() for k, g in self.gradients().items()}}
         self.zero_grad()
         del out
@@ -600,8 +598,7 @@ class TeOpBench(_TeBench):
 
     def _teardown(self, collective: bool) -> None:
         self.out = None
-        self.layer = self.norm = self.linear = None
-        self.full_in = self.full_grad = None
+        self.layer = self.local = None
         self.x = self.grad_out = None
         release_ub(self.te_base, self.ctx, self._ub_live, self._ub_groups, collective)
         self._ub_live, self._ub_groups = False, []
