@@ -24,6 +24,7 @@ from .stats import slowest_rank, stats
 from .worker.wire import recv_json, send_json
 
 RUN_JSON = "run.json"
+REFERENCE_KINDS = ("none", "nocomm")   # measured every round of a session they are in
 _FAILURE_RULES = [  # (substring, kind, transient) - first match wins
     ("out of memory", "oom", False),
     ("OutOfMemoryError", "oom", False),
@@ -337,9 +338,11 @@ class Launcher:
                 stop, stop_reason = should_stop(state, r, min_r, max_r)
                 if stop:
                     break
-                if r >= min_r:  # resolved losers and non-contenders have said what they had to say
+                if r >= min_r:  # resolved losers and non-contenders have said what they had to say,
+                    # except the references (no overlap, the bound): every round, so every ratio to them
+                    # is paired over all the session's rounds
                     keep = set(state.unresolved) | {state.leader}
-                    active = [c for c in active if c.id in keep]
+                    active = [c for c in active if c.id in keep or c.variant.kind in REFERENCE_KINDS]
             held = time.monotonic() - t_locked
         if not stop_reason:
             stop_reason = "no member left to measure"
