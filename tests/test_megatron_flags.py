@@ -95,3 +95,20 @@ def test_field_names_match_megatron_core():
                "tp_comm_overlap_disable_fc1: bool = False\n")
         pinned = {n.target.id: n.value.value for n in ast.parse(src).body}
         assert pinned == MEGATRON_FIELDS
+
+
+def test_benches_build_layers_under_the_emitted_switches():
+    """The op bench of a reduce-scatter dgrad needs tp_comm_overlap_rs_dgrad; a block gets exactly the
+    switches the override file is written from; a block Megatron cannot build is refused by name."""
+    from tptune.search.megatron_flags import block_switches, op_switches
+
+    assert op_switches("qkv", UB) == {**MEGATRON_FIELDS, "tp_comm_overlap": True}
+    ring = {k: v for k, v in UB.items() if k != "fc1_wgrad"} | {"fc1_dgrad": {"method": "ring_exchange"}}
+    assert op_switches("fc1", ring)["tp_comm_overlap_rs_dgrad"] is True
+    assert op_switches("proj", ring)["tp_comm_overlap_rs_dgrad"] is False
+    both = {k: v for k, v in ring.items() if k != "qkv_wgrad"} | {"qkv_dgrad": {"method": "pipeline"}}
+    sw = block_switches(both)
+    assert sw["tp_comm_overlap_rs_dgrad"] and not sw["tp_comm_bulk_dgrad"] and not sw["tp_comm_bulk_wgrad"]
+    assert transformer_config_overrides(sw)["tp_comm_overlap_rs_dgrad"] is True
+    with pytest.raises(ValueError, match="tp_comm_overlap_rs_dgrad is one switch for both"):
+        block_switches(ring)   # qkv bulk, fc1 reduce-scatter

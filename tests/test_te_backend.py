@@ -191,7 +191,8 @@ def _install_fakes(state: dict) -> None:
             assert not bias and not is_expert and name in ("qkv", "proj", "fc1", "fc2")
             self.ub = config.tp_comm_overlap
             self.tp = config.tensor_model_parallel_size
-            state["layers"].append({"name": name, "overlap": self.ub, "cls": type(self).__name__})
+            state["layers"].append({"name": name, "overlap": self.ub, "cls": type(self).__name__,
+                                    "rs_dgrad": getattr(config, "tp_comm_overlap_rs_dgrad", None)})
 
         def _maybe_perturb(self, out):
             if self.ub:
@@ -341,6 +342,9 @@ def test_bench_life_cycle_with_stand_in_te(tmp_path):
                              ("qkv", True, "TELayerNormColumnParallelLinear"),
                              ("qkv", False, "TELayerNormColumnParallelLinear")]
         assert ("proj", True, "TERowParallelLinear") in kinds
+        # overlapped layers are built under Megatron's switches (megatron_flags.op_switches)
+        assert {layer["rs_dgrad"] for layer in st["layers"] if layer["overlap"]} == {False}
+        assert {layer["rs_dgrad"] for layer in st["layers"] if not layer["overlap"]} == {None}
 
 
 @pytest.mark.slow

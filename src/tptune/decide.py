@@ -499,7 +499,7 @@ def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -
     if s.backend != "te":
         return
     try:
-        sw = mf.switches_for({op: ubcfg.op_entries(ub, op) for op in mf.OPS})
+        sw = mf.block_switches(ub)   # as the layer stage built the block
     except ValueError as exc:
         meta["megatron_switches_error"] = str(exc)
         return

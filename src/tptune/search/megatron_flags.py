@@ -102,6 +102,26 @@ def switches_for(decision: dict) -> dict[str, bool]:
     return sw
 
 
+def block_switches(ub_cfgs: dict) -> dict[str, bool]:
+    """The switches of a block that overlaps every op with ``ub_cfgs`` (what the layer stage builds and
+    what transformer_config_overrides.yaml holds for it); ValueError when Megatron cannot express it."""
+    from .ubcfg import op_entries
+
+    return switches_for({op: op_entries(ub_cfgs, op) for op in OPS})
+
+
+def op_switches(op: str, ub_cfgs: dict) -> dict[str, bool]:
+    """The switches under which Megatron builds ``op``'s layer overlapped with ``ub_cfgs``: overlap on,
+    and for a column op whose dgrad is a reduce-scatter, tp_comm_overlap_rs_dgrad (else Megatron hands
+    TE a bulk dgrad on a reduce-scatter communicator). The other ops' switches do not reach its layer."""
+    from .ubcfg import op_entries
+
+    sw = dict(MEGATRON_FIELDS, tp_comm_overlap=True)
+    if op in COLUMN_OPS:
+        sw["tp_comm_overlap_rs_dgrad"] = _op_mode(op, op_entries(ub_cfgs, op)) == "rs_dgrad"
+    return sw
+
+
 def overlap_cfgs(decision: dict, base: dict, *, workload: str = "bf16") -> dict[str, dict]:
     """The ub_cfgs for ``--tp-comm-overlap-cfg``: each overlapping op's own entries over ``base``;
     a column op with a reduce-scatter dgrad drops its wgrad entry (TE refuses one then)."""

@@ -459,12 +459,16 @@ class TeOpBench(_TeBench):
 
     def _config(self, overlap: bool):
         m = self.mc.model
+        switches = {"tp_comm_overlap": False}
+        if overlap:  # as Megatron would build this op's layer from the emitted switches
+            from ..search.megatron_flags import op_switches
+            switches = op_switches(self.case.op, self.ub_cfgs)
         return self.TransformerConfig(
             num_layers=1, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
             num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
             kv_channels=m.kv_channels, gated_linear_unit=m.gated_mlp, add_bias_linear=False,
             normalization="RMSNorm", layernorm_epsilon=LAYERNORM_EPS,
-            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, tp_comm_overlap=overlap,
+            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, **switches,
             params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
             perform_initialization=False,  # weights are set from a fixed seed in _init_params
         )

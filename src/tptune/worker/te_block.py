@@ -8,6 +8,10 @@ preset is looked up in settings["te"]["presets_dirs"] first, so a run's tuned co
 user's --tp-comm-overlap-cfg file is measured as it is). fwd+bwd of the block is what is timed,
 through the same harness as the per-op cases.
 
+Megatron's TP-overlap switches (tp_comm_overlap_rs_dgrad, bulk, disable_*) come from the ub_cfgs through
+search.megatron_flags.block_switches, the function that writes transformer_config_overrides.yaml, so the
+block is built as the emitted flags build it.
+
 correctness(): the overlapped block against a block with tp_comm_overlap off, same weights (state
 dict copied), input and grad_out: output and input gradient at TE's bf16 criterion (te_backend).
 
@@ -79,6 +83,10 @@ class TeBlockBench(_tb._TeBench):
                     raise ValueError(f"{case.id}: recipe {w.recipe!r} cannot use userbuffers (TE: delayed, "
                                      "current and mxfp8 only); run the layer stage with none")
             check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)
+            try:
+                self._switches(True)
+            except ValueError as exc:
+                raise ValueError(f"{case.id}: Megatron's switches cannot build this block: {exc}") from None
         why = device_problem(case, mc, ctx)
         if why:
             raise ValueError(why)
@@ -116,9 +124,17 @@ class TeBlockBench(_tb._TeBench):
             activation_func=torch.nn.functional.silu if m.gated_mlp else torch.nn.functional.gelu,
             add_bias_linear=False, bias_activation_fusion=False, normalization="RMSNorm",
             layernorm_epsilon=LAYERNORM_EPS, attention_dropout=0.0, hidden_dropout=0.0,
-            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, tp_comm_overlap=overlap,
+            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, **self._switches(overlap),
             params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
             **self._fp8_config())
+
+    def _switches(self, overlap: bool) -> dict:
+        """Megatron's TP-overlap switches: off, or those the emitted transformer_config_overrides.yaml
+        holds for this ub_cfgs (megatron_flags.block_switches; checked before the GPU is touched)."""
+        if not overlap:
+            return {"tp_comm_overlap": False}
+        from ..search.megatron_flags import block_switches
+        return block_switches(self.ub_cfgs)
 
     def _fp8_config(self) -> dict:
         """Megatron's FP8 (or FP4) TransformerConfig fields for the workload's recipe."""
