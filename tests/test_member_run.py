@@ -279,3 +279,33 @@ def test_wall_batch_on_a_fake_bench():
     # the host's time per iteration includes zero_grad: at least fwd + bwd + 1 ms on average
     assert out["host_ms"] >= statistics.fmean(s["total_ms"]) + 1.0 - 1e-6
     assert out["host_ms"] > 0
+
+
+def test_dropped_setting_never_leads_and_always_members_stay(tmp_path, mc):
+    """As in the x2 layer session: two tied fastest settings; the one dropped as a tie after min_rounds
+    kept a lower median on its 2 rounds and became the leader of the rest, which then could never be
+    resolved against it. The leader is chosen among the settings still measured; ``always`` stays."""
+    lz, log = fake_launcher(tmp_path)
+    base = {A: 10.0, D: 10.0, B: 10.7, C: 10.7}
+    jitter = {A: [0.999, 1.0, 1.004, 1.004, 1.004, 1.004], D: [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]}
+    seen = {}
+
+    def measure_once(case, mc_, out_dir, settings, gpus, attempts):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        k = seen[str(out_dir)] = seen.get(str(out_dir), -1) + 1
+        ms = base[case.id] * jitter.get(case.id, [1.0, 1.01, 0.99, 1.02, 0.98, 1.0])[k]
+        res = ok([rank(0, [ms] * 3, host_ms=1.0), rank(1, [ms] * 3, host_ms=1.0)], started=k == 0)
+        res.update(gpus=gpus, held_s=0.01)
+        attempts.append({k2: v for k2, v in res.items() if k2 != "reply"})
+        return res
+
+    lz._measure_once = measure_once
+    members = [parse_case_id(c) for c in (A, D, B, C)]
+    rec = lz.session(members, mc, tmp_path / "s", {"timing": {"min_rounds": 2, "max_rounds": 6}},
+                     session_id="s", margin=0.02)
+    measured_last = set(rec["order"][-1])
+    assert rec["leader"] in measured_last          # the leader is one of the settings still measured
+    assert rec["rounds"] < 6                       # so the others resolve against it
+    rec2 = lz.session(members, mc, tmp_path / "s2", {"timing": {"min_rounds": 2, "max_rounds": 4}},
+                      session_id="s2", margin=0.02, always=[D])
+    assert all(D in o for o in rec2["order"])

@@ -79,7 +79,7 @@ def cmd_profile(a) -> int:
 
 
 def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contenders=None,
-                     evidence: bool = True) -> dict:
+                     evidence: bool = True, always=None) -> dict:
     """Measure ``cases`` side by side in one session (launch.Launcher.session). The drift canary opens
     the sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see
     the machine drift over a run, and a bisection step's two points are compared within their session."""
@@ -89,7 +89,7 @@ def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contender
     rec = Launcher(s.launcher_settings()).session(
         cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
         contenders=contenders, canary=canary_case(s, tp) if evidence else None, margin=s.config["decision"]["noise_floor"],
-        faults=s.config.get("faults", {}), evidence=evidence)
+        faults=s.config.get("faults", {}), evidence=evidence, always=always)
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))
@@ -165,7 +165,8 @@ def cmd_layer(a) -> int:
         op_settings["te"] = {**op_settings.get("te", {}), "presets_dirs": [str(presets_dir(run_dir).resolve())]}
         op_settings["layer"] = s.config.get("layer") or {}
         op_settings["check"] = True
-        _measure_session(s, op_settings, a.tp, members, run_dir / "sessions" / "layer" / f"tp{a.tp}")
+        _measure_session(s, op_settings, a.tp, members, run_dir / "sessions" / "layer" / f"tp{a.tp}",
+                         always=[tuned.id])
     write_layer(Path(a.out), layer_record(s, a.tp, run_dir, tuned.id))
     return 0
 

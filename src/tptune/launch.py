@@ -285,13 +285,15 @@ class Launcher:
     def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
                 session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
                 margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
-                evidence: bool = True) -> dict:
+                evidence: bool = True, always: list[str] | None = None) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
         adding rounds until every contender clears the margin against the leader or the round budget is
         spent. Writes <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which
         maps each member to its run.json (``runs``); returns the latter.
         ``evidence``: record each member's profiler traces and numerics check in its first round (the
-        TP point's finalists need them; a search step's points do not)."""
+        TP point's finalists need them; a search step's points do not). ``always``: members measured
+        in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned
+        block, which every other block is compared to."""
         from .search.rounds import rotation, session_state, should_stop
 
         faults = faults or {}
@@ -334,14 +336,14 @@ class Launcher:
                 r += 1
                 active = [c for c in active if c.id not in failed]
                 points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
-                state = session_state(points, contenders, margin)
+                state = session_state(points, contenders, margin, leader_among=[c.id for c in active])
                 stop, stop_reason = should_stop(state, r, min_r, max_r)
                 if stop:
                     break
                 if r >= min_r:  # resolved losers and non-contenders have said what they had to say,
                     # except the references (no overlap, the bound): every round, so every ratio to them
                     # is paired over all the session's rounds
-                    keep = set(state.unresolved) | {state.leader}
+                    keep = set(state.unresolved) | {state.leader} | set(always or ())
                     active = [c for c in active if c.id in keep or c.variant.kind in REFERENCE_KINDS]
             held = time.monotonic() - t_locked
         if not stop_reason:

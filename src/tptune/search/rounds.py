@@ -144,12 +144,16 @@ class SessionState:
         return [c for c, ok in self.resolved.items() if not ok]
 
 
-def session_state(points: dict[str, dict], contenders: list[str], margin: float) -> SessionState:
-    """Leader = the contender with the smallest centre; each other contender against it."""
+def session_state(points: dict[str, dict], contenders: list[str], margin: float,
+                  leader_among: list[str] | None = None) -> SessionState:
+    """Leader = the contender with the smallest centre (among ``leader_among`` when given and any of
+    them has rounds: the contenders still measured, so a dropped one cannot lead on stale rounds);
+    each other contender against it."""
     ok = [c for c in contenders if point_rounds(points.get(c))]
     if not ok:
         return SessionState(None, {}, {}, [])
-    leader = min(ok, key=lambda c: center(points[c]))
+    pool = [c for c in ok if leader_among is None or c in leader_among] or ok
+    leader = min(pool, key=lambda c: center(points[c]))
     ratios, resolved, losers = {}, {}, []
     for c in ok:
         if c == leader:
