@@ -426,3 +426,39 @@ def test_nocomm_is_the_none_layer_with_local_collectives():
     for rank, res in got.items():
         for op, checks in res.items():
             assert all(checks.values()), (rank, op, checks)
+
+
+def _floor_rank(rank: int, world: int, port: int, q) -> None:
+    try:
+        from tptune.worker.te_backend import FLOOR_FACTOR, reference_result
+
+        _, ctx = start_fake_te_rank(rank, world, port, 0.0, _install_fakes)
+        ref = {"output": torch.zeros(4), "input": torch.full((4,), 100.0)}
+        jitter = {"output": torch.zeros(4), "input": torch.tensor([100.0, 100.0, 103.0, 100.0])}  # floor 3
+        kw = dict(rtol=0.025, atol=0.00125, reference="r", source="run_layer_with_overlap")
+        got = {}
+        # input off by 4 on rank 1 only: beyond TE's rule, within 2x the floor -> passes with the floor
+        test = {"output": torch.zeros(4), "input": torch.tensor([100.0, 100.0 + 4.0 * rank, 100.0, 100.0])}
+        got["te_only"] = reference_result(test, ref, ctx, **kw)
+        got["with_floor"] = reference_result(test, ref, ctx, ref_again=jitter, **kw)
+        # beyond 2x the floor, and an output error where the reference is deterministic: both fail
+        test2 = {"output": torch.full((4,), 0.01), "input": torch.tensor([100.0, 107.0, 100.0, 100.0])}
+        got["beyond"] = reference_result(test2, ref, ctx, ref_again=jitter, **kw)
+        got["factor"] = FLOOR_FACTOR
+        q.put((rank, "ok", json.loads(json.dumps(got))))
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001
+        import traceback
+        q.put((rank, "error", f"{exc!r}\n{traceback.format_exc()}"))
+
+
+def test_block_check_allows_the_references_own_pass_to_pass_floor():
+    got = spawn_two_ranks(_floor_rank)
+    for res in got.values():
+        assert res["factor"] == 2.0
+        assert res["te_only"]["ok"] is False and res["te_only"]["failed"] == ["input"]
+        assert res["te_only"]["max_abs_err"]["input"] == 4.0            # worst over ranks
+        ok = res["with_floor"]
+        assert ok["ok"] is True and ok["floor_abs_err"]["input"] == 3.0 and ok["floor_abs_err"]["output"] == 0.0
+        assert "pass-to-pass" in ok["criterion"]
+        assert res["beyond"]["ok"] is False and res["beyond"]["failed"] == ["input", "output"]

@@ -86,6 +86,15 @@ RTOL_LAYER, ATOL_LAYER = 0.025, 0.00125
 # passes give the reference the same amax history maxima (the first pass at the initial scale, the
 # second at the calibrated one); with TE's "max" over the history both then quantize alike.
 REF_PRIME_ITERS = 2
+# A whole block is not deterministic even without overlap: its attention backward (cuDNN fused attention)
+# accumulates with atomics, and FP8 quantization amplifies the jitter. On x2 (Llama-3-70B, 2 layers,
+# benchmarks/block_numerics_floor.py) two passes of one no-overlap block differed in the input gradient
+# by up to 2 (bf16, rel 0.016), 3 (FP8 current, rel 0.34) and 2.1 (FP8 delayed, rel 0.15) of a largest
+# |gradient| of 214-245, with identical outputs; ub.te differed from no overlap by the same amounts. TE's
+# own layer tests compare single deterministic layers. So the block check also runs the reference twice:
+# a tensor fails only when it fails TE's criterion *and* its largest |diff| exceeds FLOOR_FACTOR times
+# the reference's own pass-to-pass |diff| (zero for a deterministic tensor, so there TE's rule stands).
+FLOOR_FACTOR = 2.0
 
 
 def prime_reference(mc: ModelConfig, run_ref, x: torch.Tensor, grad_out: torch.Tensor, params) -> None:
@@ -266,25 +275,40 @@ def finite_result(test: dict, ctx: RankContext, checked: str) -> dict:
     return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": checked, "tensors": sorted(test)}
 
 
-def reference_result(test: dict, ref: dict, ctx: RankContext, *, rtol: float, atol: float, reference: str,
-                     recipe: str | None = None, source: str = "run_gemm_with_overlap") -> dict:
-    """TE's criterion, worst over ranks: at the element of largest |diff| of each tensor, fail when the
-    relative error > rtol and the absolute error > atol (bf16 or FP8 tolerances)."""
+def _worst_errs(test: dict, ref: dict, ctx: RankContext) -> tuple[dict, dict]:
+    """TE's measure per tensor (largest |diff|, relative error there), worst over ranks."""
     names = sorted(test)
     errs = torch.tensor([v for n in names for v in _max_err(test[n], ref[n])], device=ctx.device,
                         dtype=torch.float64)
     dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=ctx.group)
     errs = errs.tolist()
-    abs_e = {n: errs[2 * i] for i, n in enumerate(names)}
-    rel_e = {n: errs[2 * i + 1] for i, n in enumerate(names)}
+    return {n: errs[2 * i] for i, n in enumerate(names)}, {n: errs[2 * i + 1] for i, n in enumerate(names)}
+
+
+def reference_result(test: dict, ref: dict, ctx: RankContext, *, rtol: float, atol: float, reference: str,
+                     recipe: str | None = None, source: str = "run_gemm_with_overlap", ref_again: dict | None = None) -> dict:
+    """TE's criterion, worst over ranks: at the element of largest |diff| of each tensor, fail when the
+    relative error > rtol and the absolute error > atol (bf16 or FP8 tolerances). ``ref_again``: a second
+    pass of the reference; then a tensor fails only when its |diff| also exceeds FLOOR_FACTOR times the
+    reference's own pass-to-pass |diff| (the block's nondeterminism floor)."""
+    names = sorted(test)
+    abs_e, rel_e = _worst_errs(test, ref, ctx)
     failed = [n for n in names if rel_e[n] > rtol and abs_e[n] > atol]
+    floor = None
+    if ref_again is not None:
+        floor, floor_rel = _worst_errs({n: ref_again[n] for n in names}, ref, ctx)
+        failed = [n for n in failed if abs_e[n] > FLOOR_FACTOR * floor[n]]
     res = {"ok": not failed, "failed": failed, "reference": reference, "max_abs_err": abs_e, "max_rel_err": rel_e,
            "rtol": rtol, "atol": atol,
            "criterion": f"TE {source}: fail if rel>rtol and abs>atol at the max |diff|"}
+    if floor is not None:
+        res.update(floor_abs_err=floor, floor_rel_err=floor_rel, floor_factor=FLOOR_FACTOR)
+        res["criterion"] += f", and abs > {FLOOR_FACTOR:g}x the reference's own pass-to-pass |diff|"
     if recipe is not None:
         res["recipe"] = recipe
         res["criterion"] = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol "
-                            "and abs>atol at the max |diff|; reference under the same recipe, primed to the same scaling state")
+                            "and abs>atol at the max |diff|; reference under the same recipe, primed to the same scaling state"
+                            + (f"; and abs > {FLOOR_FACTOR:g}x the reference's own pass-to-pass |diff|" if floor else ""))
     return res
 
 
