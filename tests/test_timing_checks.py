@@ -19,3 +19,21 @@ def test_an_idle_mark_or_a_slow_host_fails_the_queue_check():
     # the refill margin is SAFETY x the host's launch time
     assert batch_checks(90.0, 60.0, 1.0, SAFETY * 1.0 + 1e-6, 0) == (False, True)
     assert batch_checks(90.0, 60.0, 1.0, SAFETY * 1.0, 0) == (False, False)
+
+
+def test_a_host_bound_retry_shortens_the_pre_roll_and_sleeps_for_it():
+    """x2, FP8 qkv under current scaling: host 4.4 ms against GPU 2.4 ms per iteration, 60 pre-roll
+    iterations; the enqueue took the sleep plus ~30 ms at every sleep length. Each retry now quarters the
+    pre-roll (to PREROLL_MIN) and sleeps at least what host x (iters + pre-roll) needs."""
+    from tptune.worker.timing import PREROLL_MIN, needed_sleep_ms, retry_plan
+
+    sleep, preroll = 357.0, 60
+    plan = []
+    for _ in range(3):
+        sleep_next, preroll = retry_plan(sleep, preroll, enqueue_ms=sleep + 30.0, host_ms=4.4, gpu_ms=2.4, iters=10)
+        assert sleep_next >= 2 * sleep and sleep_next >= needed_sleep_ms(4.4, 2.4, 10, preroll)
+        sleep = sleep_next
+        plan.append(preroll)
+    assert plan == [15, 3, PREROLL_MIN]
+    # a GPU-bound op (bf16 proj: host 1.3, GPU 2.8) keeps its pre-roll; only the sleep grows
+    assert retry_plan(100.0, 54, enqueue_ms=120.0, host_ms=1.3, gpu_ms=2.8, iters=10) == (242.0, 54)

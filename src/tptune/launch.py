@@ -408,7 +408,7 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
                         "attempts": max(len(b.get("attempts") or []) for b in bs),
                         "slept_ms": max(a.get("slept_ms", 0.0) for a in last),
                         "enqueue_ms": max(a.get("enqueue_ms", 0.0) for a in last),
-                        "check": last[0].get("check")})
+                        "preroll": last[0].get("preroll"), "check": last[0].get("check")})
     timing = {}
     for k, v in all_it.items():
         st = stats(v)

@@ -30,6 +30,12 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
      mark found the GPU idle (an event that is complete right after it is recorded sat behind nothing).
    Otherwise the sleep grows and the batch is measured again (``max_attempts``); the record says
    whether the host stayed ahead and by which check, so a report can flag a batch where it did not.
+   A host-bound op (host >= GPU / SAFETY) also gets a 4x shorter pre-roll on each retry (down to
+   PREROLL_MIN): its pre-roll's launches can fill CUDA's launch queue, after which the host waits for
+   the GPU through the sleep and falls behind it afterwards, however long the sleep (on x2, FP8 qkv under
+   current scaling: 60 pre-roll iterations of 34 launches; the enqueue took the sleep plus ~30 ms at
+   every sleep length, 4 attempts, every round). A shorter pre-roll times the op nearer the boost clock
+   of an idle GPU (the record keeps each attempt's pre-roll).
    host_ms is the host's launch time per iteration (the probe, GPU free), its own figure (an op is
    host-bound when host >= GPU).
 
@@ -46,6 +52,7 @@ SAFETY = 2.0                 # the host's lead covers SAFETY x its agreed enqueu
 SLACK_MS = 2.0
 PREROLL_MS = 150.0           # the bench's own GPU work run untimed before the timed iterations
 PREROLL_MAX = 60
+PREROLL_MIN = 2
 MAX_ATTEMPTS = 4
 HOST_PROBE_ITERS = 3
 _CYCLES_PER_MS: dict[int, float] = {}
@@ -151,14 +158,27 @@ def batch_checks(enqueue_ms: float, slept_ms: float, host_ms: float, gpu_ms: flo
     return lead, lead or (host_ms * SAFETY < gpu_ms and idle_marks == 0)
 
 
+def needed_sleep_ms(host_ms: float, gpu_ms: float, iters: int, preroll: int) -> float:
+    """The hold the host needs to enqueue pre-roll and batch, beyond what the pre-roll's GPU time gives it."""
+    return max(SLACK_MS, host_ms * (iters + preroll) * SAFETY + SLACK_MS - preroll * gpu_ms)
+
+
+def retry_plan(sleep_ms: float, preroll: int, enqueue_ms: float, host_ms: float, gpu_ms: float,
+               iters: int) -> tuple[float, int]:
+    """(sleep, pre-roll) of the next attempt after a batch whose host fell behind: a longer sleep; for a
+    host-bound op also a 4x shorter pre-roll (module doc, step 5), and the sleep that one needs."""
+    if host_ms * SAFETY >= gpu_ms and preroll > PREROLL_MIN:
+        preroll = max(PREROLL_MIN, preroll // 4)
+    return max(sleep_ms * 2, enqueue_ms * SAFETY + SLACK_MS, needed_sleep_ms(host_ms, gpu_ms, iters, preroll)), preroll
+
+
 def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
     """CUDA: GPU time of ``iters`` iterations enqueued while the GPU is held (module doc)."""
     cpms = cycles_per_ms(ctx.device)
     host_probe, gpu_probe = host_launch_ms(bench, ctx)
     agreed, gpu_agreed = _allreduce_host([host_probe, gpu_probe], ctx.cpu_group, dist.ReduceOp.MAX)
-    preroll = int(min(PREROLL_MAX, max(2, -(-PREROLL_MS // max(gpu_agreed, 1e-3)))))
-    # the lead the host needs beyond what the pre-roll's own GPU time gives it
-    sleep_ms = max(SLACK_MS, agreed * (iters + preroll) * SAFETY + SLACK_MS - preroll * gpu_agreed)
+    preroll = int(min(PREROLL_MAX, max(PREROLL_MIN, -(-PREROLL_MS // max(gpu_agreed, 1e-3)))))
+    sleep_ms = needed_sleep_ms(agreed, gpu_agreed, iters, preroll)
     align = torch.zeros(1, device=ctx.device)
     attempts = []
     for attempt in range(max_attempts):
@@ -192,7 +212,7 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
         attempts.append(rec)
         if ahead_all:
             break
-        sleep_ms = max(sleep_ms * 2, enqueue_ms * SAFETY + SLACK_MS)
+        sleep_ms, preroll = retry_plan(sleep_ms, preroll, enqueue_ms, agreed, gpu_agreed, iters)
     samples = _split(marks, lambda a, b: a.elapsed_time(b))
     last = attempts[-1]
     return {"samples": samples, "host_ms": host_probe, "host_probe_ms": host_probe,
