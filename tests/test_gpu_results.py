@@ -245,3 +245,19 @@ def test_block_numerics_floor_figures():
         assert twin["output"]["abs"] == 0.0 and ub["output"]["abs"] == 0.0
         assert twin["input"]["abs"] > 0 and ub["input"]["abs"] <= 2 * max(twin["input"]["abs"],
                                                                           rows["none (same block again)"]["input"]["abs"])
+
+
+def test_report_says_which_op_figures_are_not_gpu_time(tmp_path):
+    """FP8 current scaling: no qkv or proj batch got the host ahead; the report rendered by this checkout
+    says so per op, and names no such op where every batch did (the bf16 rep3)."""
+    import shutil
+
+    from tptune.rederive import rederive
+
+    for src, want in ((FP8_CURRENT, {"qkv", "proj"}), (STABILITY_V2 / "rep3", set())):
+        run = tmp_path / src.name
+        shutil.copytree(src, run)
+        rederive(_settings(run), run)
+        text = (run / "report.md").read_text()
+        got = {op for op in ("qkv", "proj", "fc1", "fc2") if f"**{op}: not GPU time" in text}
+        assert got == want

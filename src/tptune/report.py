@@ -71,6 +71,7 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
     by_case = {r["case"]: r for r in _point_rows(meas).iter_rows(named=True)}
     # a bound measured above what it bounds is a fault: its shares are not shown (listed at the top)
     faulted = {f["bound"] for f in (decisions["meta"].get("measurement") or {}).get("bound_faults") or []}
+    behind = (decisions["meta"].get("measurement") or {}).get("host_behind") or []
     rows = []
     for op, rec in decisions["ops"].items():
         winner = (rec.get("winner") or {}).get("case")
@@ -99,6 +100,8 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
             "vs_none": _ratio((rec.get("vs_none") or {}).get("ratio")),
             "ties": rec.get("ties") or [], "rounds": rec.get("rounds"), "host_ms": w.get("host_ms"),
             "host_bound": w.get("host_bound"),
+            # settings of this op with a batch the host never got ahead of: host time in their figures
+            "host_behind": [c for c in behind if c.startswith(f"{op}-tp")],
             "win_by": rec.get("win_by"), "verdict": w.get("verdict"), "verdict_reason": w.get("verdict_reason"),
             "tp_evidence": rec.get("tp_evidence", []),
             "searches": {d: p for d, p in rec.get("searches", {}).items() if not d.endswith("/knobs")},
