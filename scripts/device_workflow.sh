@@ -6,7 +6,12 @@
 #   RUN_TIMEOUT=300: stop a run after that many seconds (its files still come back)
 #   EXTRA_CONFIG=config/gpu/no-layer.yaml: one more --configfile over each config (e.g. no layer stage)
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
+#   Carrying: the tracked tree plus what one call carries must stay under 64 MB, so install the bundle in
+#   consecutive calls on one warm machine (carry .device-te, then .device-py, then .device-polars, the
+#   polars wheel apart), then run this script in a call that carries nothing (or only outputs/<run>).
 set -u
+# required on the lent machines (NVLink multicast off), whether or not this runs under run.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 UB_SKIPMC=1 CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p /tmp/tptune-bin
 printf '#!/bin/sh\nexec python3 -m tptune "$@"\n' > /tmp/tptune-bin/tptune && chmod +x /tmp/tptune-bin/tptune
