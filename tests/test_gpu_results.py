@@ -165,9 +165,9 @@ def test_stability_runs_agree_or_call_the_difference_a_tie(root, reps):
 
 
 def test_v2_rep3_on_another_machine_differs_only_where_its_search_saw_a_tie():
-    """rep3 ran in a later session (another x2 machine): the same TP and the same proj/fc1/fc2 settings as
+    """rep3 ran in a later session (another x2 lease): the same TP and the same proj/fc1/fc2 settings as
     rep1; qkv differs only in wgrad's num_sm, where rep3's step called sm4 vs sm8 a tie and rep1's called
-    sm8 faster. The two intervals of that one comparison do not overlap: machines differ beyond a session's
+    sm8 faster. The two intervals of that one comparison do not overlap: leases differ beyond a session's
     interval, so an answer at the margin is a tie, not a finding."""
     decs = {rep: json.loads((STABILITY_V2 / rep / "decisions.json").read_text()) for rep in ("rep1", "rep3")}
     assert decs["rep1"]["meta"]["model_tp"] == decs["rep3"]["meta"]["model_tp"] == 2
