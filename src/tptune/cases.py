@@ -30,6 +30,7 @@ BOOL_KNOBS = {"set_sm_margin", "aggregate", "use_ce", "atomic_gemm", "fp8_buf",
               "pipeline_rs_overlap_first_gemm"}
 PRIORITY_KNOBS = {"comm_priority", "gemm_priority"}   # CUDA stream priorities: <= 0, token = -value
 KINDS = ("none", "nocomm", "chunked", "ub")
+REFERENCE_KINDS = ("none", "nocomm")   # no overlap and the no-communication bound: what settings are judged against
 MAX_DIR_NAME = 200   # bytes of a folder named after a variant id; file systems allow 255 (NAME_MAX)
 
 _PRESET_RE = re.compile(r"^[a-z0-9_]+$")

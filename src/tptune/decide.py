@@ -6,7 +6,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .cases import parse_case_id
+from .cases import REFERENCE_KINDS, parse_case_id
 from .ops import op_gemms
 from .search import emit, tp_decision, ubcfg
 from .search.noise import compare_points, cost_key
@@ -127,9 +127,9 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
                           "session did not; re-measure this run")
     pts = {cid: slim(p) for cid, p in runs.items()}
     refs = {parse_case_id(c).variant_id: pts[c] for c in pts
-            if parse_case_id(c).variant.kind in ("none", "nocomm") or "+" not in parse_case_id(c).variant_id}
+            if parse_case_id(c).variant.kind in REFERENCE_KINDS or "+" not in parse_case_id(c).variant_id}
     contenders = point_contenders(members)
-    overlapped = {c: pts[c] for c in contenders if parse_case_id(c).variant.kind not in ("none", "nocomm")}
+    overlapped = {c: pts[c] for c in contenders if parse_case_id(c).variant.kind not in REFERENCE_KINDS}
     best, comparisons = pick_best(list(overlapped.values()), floor)
     if best is not None and point_median(best) == float("inf"):
         best = None

@@ -10,7 +10,6 @@ the exhaustive grid of the same knobs, and which knob groups were changed or fro
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -28,14 +27,11 @@ def references(s: Settings, op: str, tp: int) -> dict[str, dict]:
     """Full ub_cfgs of TE's defaults, then of each preset of ``search.te_presets`` (cheapest, most
     default first). A preset whose ``<op>_*`` entries equal an earlier reference's is left out, so
     the earlier name stands for that setting."""
-    out, seen = {}, set()
-    for name in ["te", *s.op_settings(op)["search"].get("te_presets", [])]:
-        cfgs = case_ub_cfgs(make_case(op, tp, f"ub.{name}"), workload=s.model.workload.ub_rules)
-        key = json.dumps(op_entries(cfgs, op), sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            out[name] = cfgs
-    return out
+    from .workflow import distinct_settings
+
+    wl = s.model.workload.ub_rules
+    cases = [make_case(op, tp, f"ub.{name}") for name in ["te", *s.op_settings(op)["search"].get("te_presets", [])]]
+    return {c.variant.preset: case_ub_cfgs(c, workload=wl) for c in distinct_settings(cases, wl)}
 
 
 def planner_args(s: Settings, op: str, tp: int) -> dict:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .cases import Case
+from .cases import REFERENCE_KINDS, Case
 from .envinfo import launch_env
 from .gpupool import GpuPool, count_gpus, pool_scope, visible_ids
 from .model import ModelConfig
@@ -24,7 +24,6 @@ from .stats import slowest_rank, stats
 from .worker.wire import recv_json, send_json
 
 RUN_JSON = "run.json"
-REFERENCE_KINDS = ("none", "nocomm")   # measured every round of a session they are in
 _FAILURE_RULES = [  # (substring, kind, transient) - first match wins
     ("out of memory", "oom", False),
     ("OutOfMemoryError", "oom", False),

@@ -30,7 +30,7 @@ Float8Quantizer (delayed), Float8CurrentScalingQuantizer (current) and MXFP8Quan
 raises "Unsupported quantizer for Userbuffers" for the rest: Float8BlockScaling (block) and NVFP4
 cases therefore run none / nocomm only, never ub.*.
 
-Wiring (this module does not touch ubcfg.py): a ub_cfgs dict with FP8 knobs is checked with
+Wiring (the atomic pairs are ubcfg.ATOMIC_PAIRS): a ub_cfgs dict with FP8 knobs is checked with
 ``validate_ub_cfgs(strip_fp8_knobs(cfgs))`` (the bf16 rules, unchanged) then
 ``validate_fp8_ub_cfgs(cfgs, recipe=..., allow_atomic=...)``; a non-FP8 workload's ub_cfgs with
 ``check_no_fp8_knobs``.
@@ -38,9 +38,9 @@ Wiring (this module does not touch ubcfg.py): a ub_cfgs dict with FP8 knobs is c
 from __future__ import annotations
 
 from ..model import FP8_RECIPES, Workload, fp8_backend_problem, recipe_device_problem
+from .ubcfg import ATOMIC_PAIRS
 
 FP8_KNOBS = ("fp8_buf", "atomic_gemm")
-AG_RS_PAIRS = {"qkv_fprop": "proj_fprop", "fc1_fprop": "fc2_fprop"}
 # initialize_ub's layers_all_gather_overlap (before a non-bulk qkv/fc1 dgrad moves to the RS list)
 ALL_GATHER_GEMMS = ("qkv_fprop", "qkv_dgrad", "proj_dgrad", "proj_wgrad", "fc1_fprop", "fc1_dgrad",
                     "fc2_dgrad", "fc2_wgrad")
@@ -115,7 +115,7 @@ def validate_fp8_ub_cfgs(cfgs: dict, *, recipe: str, allow_atomic: bool) -> None
                 raise ValueError(f"{where}: atomic_gemm=1: TE ignores it for a {method} overlap (add_ub: 'atomic GEMM "
                                  "not is supported for a bulk overlap', it sets atomic_gemm=False)")
         atomic_re[name] = atomic and method == "ring_exchange"
-    for ag, rs in AG_RS_PAIRS.items():
+    for ag, rs in ATOMIC_PAIRS:
         a, r = atomic_re.get(ag, False), atomic_re.get(rs, False)
         if a != r:
             on, off = (ag, rs) if a else (rs, ag)

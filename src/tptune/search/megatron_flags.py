@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from ..ops import COLUMN_OPS, OPS, ROW_OPS, TE_GEMMS
-from .ubcfg import validate_ub_cfgs
+from .ubcfg import is_rs_dgrad, validate_ub_cfgs
 
 MEGATRON_CORE = "core_v0.19.0 (NVIDIA/Megatron-LM@5be9626709af2722333bf54797c954c09edeada3)"
 # ModelParallelConfig's TP-overlap fields at that commit, with their defaults.
@@ -55,7 +55,7 @@ def _op_mode(op: str, setting) -> str:
     d = setting.get(f"{op}_dgrad")
     if d is None:
         raise ValueError(f"{op}: its ub_cfgs has no {op}_dgrad entry")
-    return "bulk" if d["method"] == "bulk" else "rs_dgrad"
+    return "rs_dgrad" if is_rs_dgrad(f"{op}_dgrad", d["method"]) else "bulk"
 
 
 def switches_for(decision: dict) -> dict[str, bool]:
@@ -131,7 +131,7 @@ def overlap_cfgs(decision: dict, base: dict, *, workload: str = "bf16") -> dict[
             continue
         cfgs.update((k, dict(v)) for k, v in setting.items() if k.split("_", 1)[0] == op)
     for op in COLUMN_OPS:
-        if cfgs.get(f"{op}_dgrad", {}).get("method") in ("ring_exchange", "pipeline"):
+        if is_rs_dgrad(f"{op}_dgrad", cfgs.get(f"{op}_dgrad", {}).get("method")):
             cfgs.pop(f"{op}_wgrad", None)
     validate_ub_cfgs(cfgs, source="overlap cfg", workload=workload)
     return {k: cfgs[k] for k in TE_GEMMS if k in cfgs}

@@ -70,11 +70,9 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
                 "reason": "no exposed communication: none is within the margin of nocomm"}
     if exposed <= 0:   # a bound at or above no overlap is a measurement fault (decide.bound_faults)
         rec["hidden_fraction"] = None
-        if vs_none.outcome >= 0:
-            return {**rec, "passed": False, "reason": "best overlapped setting does not beat no-overlap "
-                    "(bound fault: the no-collective bound is not below no overlap; no fraction computed)"}
-        return {**rec, "passed": True, "reason": "best overlapped setting beats no-overlap (bound fault: "
-                "the no-collective bound is not below no overlap; no fraction computed)"}
+        beats = vs_none.outcome < 0
+        return {**rec, "passed": beats, "reason": f"best overlapped setting {'beats' if beats else 'does not beat'} "
+                "no-overlap (bound fault: the no-collective bound is not below no overlap; no fraction computed)"}
     hidden = (none - best) / exposed if best != INF else 0.0
     rec["hidden_fraction"] = hidden
     if vs_none.outcome >= 0:

@@ -194,7 +194,7 @@ def validate_ub_cfgs(cfgs: dict, *, require_all: bool = True, source: str = "ub_
         if not isinstance(entry, dict) or "method" not in entry:
             raise ValueError(f"{where}: expected a mapping with a 'method'")
         method = entry["method"]
-        rs_dgrad = _is_rs_dgrad(key, method)
+        rs_dgrad = is_rs_dgrad(key, method)
         if rs_dgrad:
             # base.py initialize_ub: a non-bulk qkv/fc1 dgrad becomes a reduce-scatter overlap and its
             # wgrad communicator is dropped ("Cannot specify user UB config for '<wgrad>' ...").
@@ -242,7 +242,7 @@ def validate_ub_cfgs(cfgs: dict, *, require_all: bool = True, source: str = "ub_
     _check_atomic_pairs(cfgs, source, require_all)
     if require_all:
         missing = [g for g in TE_GEMMS if g not in cfgs
-                   and not (g.endswith("_wgrad") and _is_rs_dgrad(g.replace("wgrad", "dgrad"),
+                   and not (g.endswith("_wgrad") and is_rs_dgrad(g.replace("wgrad", "dgrad"),
                                                                    (cfgs.get(g.replace("wgrad", "dgrad")) or {}).get("method")))]
         if missing:
             raise ValueError(f"{source}: missing GEMM(s) {', '.join(missing)}")
@@ -252,7 +252,7 @@ def _as_int(v) -> int:
     return int(v) if isinstance(v, (bool, int)) else v
 
 
-def _is_rs_dgrad(key: str, method) -> bool:
+def is_rs_dgrad(key: str, method) -> bool:
     """A qkv/fc1 dgrad given a reduce-scatter method (TE's dgrad_reduce_scatter_overlap)."""
     op, gemm = key.split("_", 1)
     return op in COLUMN_OPS and gemm == "dgrad" and method in ("ring_exchange", "pipeline")

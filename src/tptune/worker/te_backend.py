@@ -106,6 +106,8 @@ def prime_reference(mc: ModelConfig, run_ref, x: torch.Tensor, grad_out: torch.T
         run_ref(x.detach().clone().requires_grad_(True)).backward(grad_out)
     for p in params:
         p.grad = None
+
+
 AMAX_REDUCE_MARK = "tptune.fp8.amax_reduce"
 # make_recipe: DelayedScaling's history (TE's default; NeMo's bf16_with_fp8_mixed uses the same).
 AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO = 1024, "max"
@@ -298,17 +300,19 @@ def reference_result(test: dict, ref: dict, ctx: RankContext, *, rtol: float, at
     if ref_again is not None:
         floor, floor_rel = _worst_errs({n: ref_again[n] for n in names}, ref, ctx)
         failed = [n for n in failed if abs_e[n] > FLOOR_FACTOR * floor[n]]
+    if recipe is None:
+        criterion = f"TE {source}: fail if rel>rtol and abs>atol at the max |diff|"
+    else:
+        criterion = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol and abs>atol "
+                     "at the max |diff|; reference under the same recipe, primed to the same scaling state")
     res = {"ok": not failed, "failed": failed, "reference": reference, "max_abs_err": abs_e, "max_rel_err": rel_e,
-           "rtol": rtol, "atol": atol,
-           "criterion": f"TE {source}: fail if rel>rtol and abs>atol at the max |diff|"}
+           "rtol": rtol, "atol": atol}
     if floor is not None:
         res.update(floor_abs_err=floor, floor_rel_err=floor_rel, floor_factor=FLOOR_FACTOR)
-        res["criterion"] += f", and abs > {FLOOR_FACTOR:g}x the reference's own pass-to-pass |diff|"
+        criterion += f"; and abs > {FLOOR_FACTOR:g}x the reference's own pass-to-pass |diff|"
     if recipe is not None:
         res["recipe"] = recipe
-        res["criterion"] = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol "
-                            "and abs>atol at the max |diff|; reference under the same recipe, primed to the same scaling state"
-                            + (f"; and abs > {FLOOR_FACTOR:g}x the reference's own pass-to-pass |diff|" if floor else ""))
+    res["criterion"] = criterion
     return res
 
 
@@ -413,7 +417,14 @@ def _max_err(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 
 
 class _TeBench:
-    """What the op and block benches share: backward of the last forward, gradients cleared."""
+    """What the op and block benches share: the FP8 recipe's context, backward of the last forward,
+    gradients cleared."""
+
+    def _autocast(self):
+        """The FP8 recipe's context (a no-op context for other dtypes)."""
+        if not self.fp8:
+            return contextlib.nullcontext()
+        return fp8_autocast(self.te, self.recipe, self.ctx.group)
 
     def backward(self):
         self.out.backward(self.grad_out)
@@ -512,10 +523,12 @@ class TeOpBench(_TeBench):
     def _init_ub(self) -> None:
         start_ub(self)
 
-    def _params(self) -> dict[str, torch.nn.Parameter]:
-        p = {"weight": self.layer.weight}
+    def _params(self, layer=None) -> dict[str, torch.nn.Parameter]:
+        """The weights of ``layer`` (default: the measured one) by name."""
+        layer = layer if layer is not None else self.layer
+        p = {"weight": layer.weight}
         if self.column:
-            p["norm_weight"] = self.layer.layer_norm_weight
+            p["norm_weight"] = layer.layer_norm_weight
         return p
 
     def _init_params(self, seed: int) -> None:
@@ -548,12 +561,6 @@ class TeOpBench(_TeBench):
     def _collectives(self):
         """nocomm: TE's TP collectives as local copies (LocalCollectives); else unchanged."""
         return self.local.installed() if self.local is not None else contextlib.nullcontext()
-
-    def _autocast(self):
-        """The FP8 recipe's context (a no-op context for other dtypes)."""
-        if not self.fp8:
-            return contextlib.nullcontext()
-        return fp8_autocast(self.te, self.recipe, self.ctx.group)
 
     def _autocast_run(self, x: torch.Tensor, layer=None) -> torch.Tensor:
         with self._autocast():
@@ -594,14 +601,11 @@ class TeOpBench(_TeBench):
         del out
         if self.kind != "ub":
             return finite_result(test, self.ctx, "finite output and gradients")
-        ref_params = {"weight": ref_layer.weight}
-        if self.column:
-            ref_params["norm_weight"] = ref_layer.layer_norm_weight
         x_ref = self.x.detach().clone().requires_grad_(True)
         out_ref = self._autocast_run(x_ref, ref_layer)
         out_ref.backward(self.grad_out)
         ref = {"output": out_ref.detach(), "input": x_ref.grad,
-               **{k: p.grad for k, p in ref_params.items()}}
+               **{k: p.grad for k, p in self._params(ref_layer).items()}}
         del ref_layer, out_ref, x_ref
         res = reference_result(test, ref, self.ctx, rtol=self.rtol, atol=self.atol,
                                reference="same layer with tp_comm_overlap=False",
@@ -613,9 +617,7 @@ class TeOpBench(_TeBench):
         """The no-overlap layer with this layer's weights (FP8 scaling state: REF_PRIME_ITERS)."""
         ref_layer = self._tp_layer(overlap=False)
         with torch.no_grad():
-            ref_params = {"weight": ref_layer.weight}
-            if self.column:
-                ref_params["norm_weight"] = ref_layer.layer_norm_weight
+            ref_params = self._params(ref_layer)
             for k, p in self._params().items():
                 ref_params[k].copy_(p)
         return ref_layer

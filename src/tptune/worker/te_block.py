@@ -31,8 +31,6 @@ get_fp8_context).
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from ..cases import Case
@@ -40,7 +38,7 @@ from ..model import ModelConfig
 from .context import TORCH_DTYPES, RankContext
 from . import te_backend as _tb
 from .te_backend import (ATOL_FP8, ATOL_LAYER, LAYERNORM_EPS, RTOL_FP8, RTOL_LAYER, _import_te, _load_yaml, _ub_cfgs,
-                         check_ub_cfgs, device_problem, finite_result, fp8_autocast, make_recipe,
+                         check_ub_cfgs, device_problem, finite_result, make_recipe,
                          mark_amax_reduction, reference_result, release_ub, start_ub)
 
 DEFAULT_LAYERS = 2
@@ -75,18 +73,14 @@ class TeBlockBench(_tb._TeBench):
         self.fp8 = w.is_fp8
         self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL_LAYER, ATOL_LAYER)
         self.overlap = case.variant.kind == "ub"
-        self.ub_cfgs = None
+        self.ub_cfgs, self.switches = None, None
         if self.overlap:
             path = self.te_settings.get("ub_cfgs_file")
             self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"), mc)
-            if self.fp8:
-                from ..search.fp8 import UB_RECIPES
-                if w.recipe not in UB_RECIPES:
-                    raise ValueError(f"{case.id}: recipe {w.recipe!r} cannot use userbuffers (TE: delayed, "
-                                     "current and mxfp8 only); run the layer stage with none")
-            check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)
-            try:
-                self._switches(True)
+            check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)   # a recipe userbuffers cannot carry, too
+            from ..search.megatron_flags import block_switches
+            try:   # what the emitted transformer_config_overrides.yaml holds for this ub_cfgs
+                self.switches = block_switches(self.ub_cfgs)
             except ValueError as exc:
                 raise ValueError(f"{case.id}: Megatron's switches cannot build this block: {exc}") from None
         why = device_problem(case, mc, ctx)
@@ -126,17 +120,10 @@ class TeBlockBench(_tb._TeBench):
             activation_func=torch.nn.functional.silu if m.gated_mlp else torch.nn.functional.gelu,
             add_bias_linear=False, bias_activation_fusion=False, normalization="RMSNorm",
             layernorm_epsilon=LAYERNORM_EPS, attention_dropout=0.0, hidden_dropout=0.0,
-            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, **self._switches(overlap),
+            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1,
+            **(self.switches if overlap else {"tp_comm_overlap": False}),
             params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
             **self._fp8_config())
-
-    def _switches(self, overlap: bool) -> dict:
-        """Megatron's TP-overlap switches: off, or those the emitted transformer_config_overrides.yaml
-        holds for this ub_cfgs (megatron_flags.block_switches; checked before the GPU is touched)."""
-        if not overlap:
-            return {"tp_comm_overlap": False}
-        from ..search.megatron_flags import block_switches
-        return block_switches(self.ub_cfgs)
 
     def _fp8_config(self) -> dict:
         """Megatron's FP8 (or FP4) TransformerConfig fields for the workload's recipe."""
@@ -163,8 +150,7 @@ class TeBlockBench(_tb._TeBench):
         start_ub(self)
 
     def _run(self, block, x):
-        ctx = fp8_autocast(self.te, self.recipe, self.ctx.group) if self.fp8 else contextlib.nullcontext()
-        with ctx:
+        with self._autocast():
             out = block(hidden_states=x, attention_mask=None)
         return out[0] if isinstance(out, tuple) else out
 
