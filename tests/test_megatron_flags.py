@@ -39,6 +39,7 @@ def test_qkv_plain_nccl_with_fc1_reduce_scatter_dgrad(tmp_path):
                      "--no-tp-comm-bulk-dgrad", "--tp-comm-overlap-rs-dgrad"]
     text = write_megatron_flags(tmp_path / "megatron_flags.txt", sw).read_text()
     assert "--tp-comm-overlap-rs-dgrad" in text and "tp_comm_overlap_disable_qkv: true has no command-line flag" in text
+    assert "(transformer_config_overrides.yaml)" in text   # the file decide writes beside it
     tc = yaml.safe_load(write_transformer_config_yaml(tmp_path / "tc.yaml", sw).read_text())
     assert tc["sequence_parallel"] is True and tc["tp_comm_overlap_disable_qkv"] is True
     assert set(tc) == set(MEGATRON_FIELDS) | {"sequence_parallel"}

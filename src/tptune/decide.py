@@ -504,4 +504,4 @@ def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -
         meta["megatron_switches_error"] = str(exc)
         return
     mf.write_megatron_flags(run_dir / "megatron_flags.txt", sw, "tp_comm_overlap_cfg.yaml")
-    mf.write_transformer_config_yaml(run_dir / "transformer_config_overrides.yaml", sw)
+    mf.write_transformer_config_yaml(run_dir / mf.OVERRIDES_FILE, sw)

@@ -42,6 +42,7 @@ MEGATRON_FIELDS = {
 }
 NO_CLI_FLAG = ("tp_comm_overlap_disable_qkv", "tp_comm_overlap_disable_fc1")   # arguments.py exclude list
 NONE = "none"
+OVERRIDES_FILE = "transformer_config_overrides.yaml"   # written beside the flags (decide)
 
 
 def _op_mode(op: str, setting) -> str:
@@ -162,7 +163,7 @@ def write_megatron_flags(path: str | Path, switches: dict[str, bool], cfg_path: 
     for name in NO_CLI_FLAG:
         if switches[name]:
             lines.append(f"# {name}: true has no command-line flag in Megatron-LM; set it through the "
-                         f"TransformerConfig override ({path.stem}.transformer_config.yaml)")
+                         f"TransformerConfig override ({OVERRIDES_FILE})")
     path.write_text("\n".join(lines) + "\n")
     return path
 
