@@ -7,6 +7,11 @@ building the layer afresh and timing one batch. It prints per op and mode the me
 the spread (max/min - 1), and the host launch time; target: spread <= 2% for every op whose GPU time
 is >= 1 ms.
 
+Beside each GPU-timed call it records the SM clock the batch ran at (NVML, read only) and prints the
+spread of time x clock (cycles): where that spread is small and the time's is not, the card's clock
+moved, not the harness. With ``--against`` (default: no overlap) each call also times that setting
+right after, and the spread of the per-call ratio shows what a side-by-side comparison is left with.
+
   python benchmarks/measure_noise.py --config config/gpu/h200x2-llama3-70b.yaml [--calls 7] [--json out.json]
 """
 from __future__ import annotations
@@ -34,53 +39,80 @@ def main(argv=None) -> int:
     ap.add_argument("--variant", default=None, help="setting to measure (default ub.te on te, none on torch)")
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--iters", type=int, default=None, help="timed iterations per call (default: the config's)")
+    ap.add_argument("--against", default=None,
+                    help="second setting timed in every call for the per-call ratio (default none; '' for no ratio)")
     ap.add_argument("--json", help="write every call's figures here")
     a = ap.parse_args(argv)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
     s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
     tp = a.tp or s.tp_sizes[0]
     variant = a.variant or ("ub.te" if s.backend == "te" else "none")
+    against = "none" if a.against is None else a.against
+    against = against if against and against != variant else None
     launcher = Launcher(s.launcher_settings())
     rows: dict[tuple[str, str], list[dict]] = {}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tptune-noise-") as tmp:
         for call in range(a.calls):
             for op in s.ops:
-                for mode in (MODES if call % 2 == 0 else MODES[::-1]):
-                    case = make_case(op, tp, variant)
+                runs = [(variant, m) for m in (MODES if call % 2 == 0 else MODES[::-1])]
+                if against:
+                    runs.append((against, "gpu"))
+                for v, mode in runs:
+                    key = mode if v == variant else f"{mode}:{v}"
+                    case = make_case(op, tp, v)
                     op_settings = dict(s.op_settings(op))
                     timing = dict(op_settings["timing"], mode=mode, min_rounds=1, max_rounds=1, profile_steps=0)
                     if a.iters:
                         timing["iters"] = a.iters
                     op_settings.update(timing=timing, check=False)
-                    out = Path(tmp) / f"{op}-{mode}-{call}"
+                    out = Path(tmp) / f"{op}-{key.replace(':', '-')}-{call}"
                     run = launcher.profile(case, s.model, out, op_settings)
                     if run["status"] != "ok":
                         print(f"{case.id} {mode} call {call}: {run['status']} {run.get('error')}", file=sys.stderr)
                         continue
-                    rows.setdefault((op, mode), []).append({
+                    rows.setdefault((op, key), []).append({
                         "call": call, "ms": run["timing"]["total_ms"]["median"],
                         "host_ms": run["host"]["host_ms"], "host_ahead": run["host"]["host_ahead"],
+                        "sm_mhz": (run.get("clock") or {}).get("sm_mhz"),
                         "batches": run["host"]["batches"],
                         "iterations_ms": run["timing"]["total_ms"]["samples"]})
     print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
           f"{s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call "
           f"({time.monotonic() - t0:.0f} s)")
-    print(f"{'op':5} {'mode':7} {'median ms':>10} {'spread':>7} {'min':>8} {'max':>8} {'host ms':>8} host ahead")
+    print(f"{'op':5} {'mode':7} {'median ms':>10} {'spread':>7} {'min':>8} {'max':>8} {'host ms':>8} "
+          f"{'host ahead':>10} {'SM MHz':>11} {'cycles spread':>13}")
     summary = []
     for op in s.ops:
         for mode in MODES:
-            xs = [r["ms"] for r in rows.get((op, mode), [])]
+            rs = rows.get((op, mode), [])
+            xs = [r["ms"] for r in rs]
             if not xs:
                 continue
             spread = max(xs) / min(xs) - 1
-            host = statistics.median(r["host_ms"] for r in rows[(op, mode)])
-            ahead = all(r["host_ahead"] for r in rows[(op, mode)]) if mode == "gpu" else None
-            summary.append({"op": op, "mode": mode, "median_ms": statistics.median(xs), "spread": spread,
-                            "min_ms": min(xs), "max_ms": max(xs), "host_ms": host, "host_ahead": ahead,
-                            "calls": len(xs)})
+            host = statistics.median(r["host_ms"] for r in rs)
+            ahead = all(r["host_ahead"] for r in rs) if mode == "gpu" else None
+            mhz = [r["sm_mhz"] for r in rs if r.get("sm_mhz")]
+            cycles = [r["ms"] * r["sm_mhz"] for r in rs if r.get("sm_mhz")]
+            cyc_spread = max(cycles) / min(cycles) - 1 if len(cycles) == len(xs) else None
+            row = {"op": op, "mode": mode, "median_ms": statistics.median(xs), "spread": spread,
+                   "min_ms": min(xs), "max_ms": max(xs), "host_ms": host, "host_ahead": ahead, "calls": len(xs),
+                   "sm_mhz_min": min(mhz, default=None), "sm_mhz_max": max(mhz, default=None),
+                   "cycles_spread": cyc_spread}
+            ref = {r["call"]: r["ms"] for r in rows.get((op, f"gpu:{against}"), [])} if mode == "gpu" else {}
+            ratios = [r["ms"] / ref[r["call"]] for r in rs if r["call"] in ref]
+            if len(ratios) >= 2:
+                row.update(against=against, ratio_median=statistics.median(ratios),
+                           ratio_spread=max(ratios) / min(ratios) - 1)
+            summary.append(row)
+            clock = f"{min(mhz):5.0f}-{max(mhz):5.0f}" if mhz else "–"
             print(f"{op:5} {mode:7} {statistics.median(xs):10.3f} {spread:7.1%} {min(xs):8.3f} {max(xs):8.3f} "
-                  f"{host:8.3f} {'' if ahead is None else ahead}")
+                  f"{host:8.3f} {'' if ahead is None else str(ahead):>10} {clock:>11} "
+                  f"{'–' if cyc_spread is None else f'{cyc_spread:.1%}':>13}")
+    for row in summary:
+        if "ratio_median" in row:
+            print(f"{row['op']:5} {variant} / {against} per call: median {row['ratio_median']:.3f}, "
+                  f"spread {row['ratio_spread']:.1%} over {row['calls']} calls")
     gpu = [r for r in summary if r["mode"] == "gpu" and r["median_ms"] >= 1.0]
     worst = max((r["spread"] for r in gpu), default=None)
     if worst is not None:
@@ -88,7 +120,7 @@ def main(argv=None) -> int:
               f"({'met' if worst <= 0.02 else 'NOT met'})")
     if a.json:
         Path(a.json).write_text(json.dumps({"summary": summary, "calls": {f"{k[0]}/{k[1]}": v for k, v in rows.items()},
-                                            "tp": tp, "variant": variant}, indent=1))
+                                            "tp": tp, "variant": variant, "against": against}, indent=1))
     return 0
 
 

@@ -250,3 +250,22 @@ def test_summary_counts_bound_faults_and_host_flags(tmp_path):
     _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.4})
     s = measurement_summary(tmp_path, by_op, FLOOR)
     assert s["warning"].startswith("machine noise") and s["warning"].endswith("2 bound fault(s): see below.")
+
+
+def test_summary_puts_the_canary_clock_beside_its_drift(tmp_path):
+    # time moved 4.1% while the clock fell 4.0%: time x clock moved ~0.1%
+    _session(tmp_path, "qkv", "point", {"case": "fc1-tp2-ub.te", "t": 1.0, "ms": 10.0, "sm_mhz": 1980})
+    _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.41, "sm_mhz": 1900})
+    _session(tmp_path, "fc2", "point", {"case": "fc1-tp2-ub.te", "t": 3.0, "ms": 10.2})    # no NVML there
+    s = measurement_summary(tmp_path, {"qkv": {2: _point()}}, FLOOR)
+    c = s["canary_clock"]["fc1-tp2-ub.te"]
+    assert (c["sm_mhz_min"], c["sm_mhz_max"]) == (1900, 1980)
+    assert c["sm_mhz_drift"] == pytest.approx(1980 / 1900 - 1)
+    assert c["cycles_drift"] == pytest.approx(10.0 * 1980 / (10.41 * 1900) - 1)
+    assert s["canary_drift"]["fc1-tp2-ub.te"] == pytest.approx(0.041)
+
+
+def test_summary_has_no_clock_without_two_clocked_canaries(tmp_path):
+    _session(tmp_path, "qkv", "point", {"case": "fc1-tp2-ub.te", "t": 1.0, "ms": 10.0, "sm_mhz": 1980})
+    _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.1})
+    assert measurement_summary(tmp_path, {"qkv": {2: _point()}}, FLOOR)["canary_clock"] == {}

@@ -27,7 +27,7 @@ def slim(point: dict | None) -> dict | None:
               for k, st in (point.get("timing") or {}).items()}
     return {"case": point["case"], "status": point["status"], "session": point.get("session"),
             "timing": timing, "host": {k: v for k, v in (point.get("host") or {}).items() if k != "batches"},
-            "error": point.get("error")}
+            "clock": point.get("clock"), "error": point.get("error")}
 
 
 def pick_best(points: list[dict], floor: float) -> tuple[dict | None, list[dict]]:
@@ -471,6 +471,13 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict
         by_case.setdefault(c["case"], []).append(c["ms"])
     drifts = {k: drift(v) for k, v in by_case.items()}
     worst = max((d for d in drifts.values() if d is not None), default=None)
+    clocks = {}
+    for case in by_case:
+        cs = [c for c in canaries if c["case"] == case and c.get("sm_mhz")]
+        if len(cs) >= 2:
+            mhz = [c["sm_mhz"] for c in cs]
+            clocks[case] = {"sm_mhz_min": min(mhz), "sm_mhz_max": max(mhz), "sm_mhz_drift": drift(mhz),
+                            "cycles_drift": drift([c["ms"] * c["sm_mhz"] for c in cs])}
     faults, host_bound, behind = [], set(), set()
     for op, pts in points_by_op.items():
         for tp, p in pts.items():
@@ -486,7 +493,7 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict
                    f"intervals say.")
     if faults:
         warning = (warning + " " if warning else "") + f"{len(faults)} bound fault(s): see below."
-    return {"canary": canaries, "canary_drift": drifts, "worst_drift": worst, "noisy": noisy,
+    return {"canary": canaries, "canary_drift": drifts, "canary_clock": clocks, "worst_drift": worst, "noisy": noisy,
             "warning": warning, "bound_faults": faults, "host_bound": sorted(host_bound),
             "host_behind": sorted(behind)}
 

@@ -21,6 +21,7 @@ from .envinfo import launch_env
 from .gpupool import GpuPool, count_gpus, pool_scope, visible_ids
 from .model import ModelConfig
 from .stats import slowest_rank, stats
+from .worker.gpu_clock import clock_over_rounds, merge_ranks
 from .worker.wire import recv_json, send_json
 
 RUN_JSON = "run.json"
@@ -378,7 +379,7 @@ class Launcher:
             return {"case": case.id, "t": t, "ms": None, "error": res["error"]["message"][:300]}
         p = _round_point(case.id, None, [(0, res)])
         return {"case": case.id, "t": t, "ms": p["timing"]["total_ms"]["median"],
-                "host_ahead": p["host"]["host_ahead"]}
+                "host_ahead": p["host"]["host_ahead"], "sm_mhz": (p["clock"] or {}).get("sm_mhz")}
 
     def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
         """Measure one case alone (rounds as configured, nothing beside it); writes and returns run.json."""
@@ -407,7 +408,8 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
                         "attempts": max(len(b.get("attempts") or []) for b in bs),
                         "slept_ms": max(a.get("slept_ms", 0.0) for a in last),
                         "enqueue_ms": max(a.get("enqueue_ms", 0.0) for a in last),
-                        "preroll": last[0].get("preroll"), "check": last[0].get("check")})
+                        "preroll": last[0].get("preroll"), "check": last[0].get("check"),
+                        "clock": merge_ranks([a.get("clock") for a in last])})
     timing = {}
     for k, v in all_it.items():
         st = stats(v)
@@ -420,7 +422,8 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
     on_gpu = all(b["timing"] == "gpu_host_ahead" for b in batches)  # on CPU the host is the device
     return {"case": case_id, "status": "ok", "session": session_id, "timing": timing,
             "host": {"host_ms": host_ms, "gpu_ms": gpu, "host_bound": on_gpu and host_ms >= gpu,
-                     "host_ahead": all(ahead), "batches": batches}}
+                     "host_ahead": all(ahead), "batches": batches},
+            "clock": clock_over_rounds([b["clock"] for b in batches])}
 
 
 def _failure(kind: str, transient: bool, message: str, gpus, started, tracebacks=None) -> dict:
@@ -452,6 +455,7 @@ def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, setting
         point = _round_point(case.id, session_id, rounds)
         run["timing"] = point["timing"]
         run["host"] = point["host"]
+        run["clock"] = point["clock"]
         first = rounds[0][1]
         ranks = sorted(first["reply"]["ranks"], key=lambda r: r["rank"])
         run["timing"]["per_rank_median_total_ms"] = [stats(r["samples"]["total_ms"])["median"] for r in ranks]

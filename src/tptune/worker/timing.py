@@ -38,6 +38,9 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
    of an idle GPU (the record keeps each attempt's pre-roll).
    host_ms is the host's launch time per iteration (the probe, GPU free), its own figure (an op is
    host-bound when host >= GPU).
+6. While the host waits for the timed iterations, it samples the GPU's SM clock, temperature, power and
+   NVML's clock-event reasons (read only, worker.gpu_clock): the record of what the card's power and
+   thermal management did to this batch.
 
 On CPU the host is the device: wall-clock marks per iteration, host_ms = the iteration time.
 """
@@ -48,6 +51,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from . import gpu_clock
+
 SAFETY = 2.0                 # the host's lead covers SAFETY x its agreed enqueue time + SLACK_MS
 SLACK_MS = 2.0
 PREROLL_MS = 150.0           # the bench's own GPU work run untimed before the timed iterations
@@ -55,7 +60,9 @@ PREROLL_MAX = 60
 PREROLL_MIN = 2
 MAX_ATTEMPTS = 4
 HOST_PROBE_ITERS = 3
+CLOCK_POLL_S = 0.002         # NVML sampling interval while the host waits for a timed batch
 _CYCLES_PER_MS: dict[int, float] = {}
+_CLOCKS: dict[int, object] = {}
 
 
 def cycles_per_ms(device: torch.device) -> float:
@@ -71,6 +78,28 @@ def cycles_per_ms(device: torch.device) -> float:
         b.synchronize()
         _CYCLES_PER_MS[idx] = cycles / max(a.elapsed_time(b), 1e-3)
     return _CYCLES_PER_MS[idx]
+
+
+def _clock(device: torch.device):
+    idx = device.index or 0
+    if idx not in _CLOCKS:
+        _CLOCKS[idx] = gpu_clock.open_clock(device)
+    return _CLOCKS[idx]
+
+
+def _sample_clock_until(clock, first, last) -> dict | None:
+    """While the GPU runs the timed iterations (``first`` event done, ``last`` not yet), sample its
+    clock; the host has nothing else to do then, so the sampling costs the timing nothing."""
+    samples = []
+    if clock is None:
+        return None
+    while not last.query():
+        if first.query():
+            s = clock.sample()
+            if s is not None:
+                samples.append(s)
+        time.sleep(CLOCK_POLL_S)
+    return gpu_clock.summarize(samples)
 
 
 def _iteration(bench) -> None:
@@ -197,13 +226,14 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
         idle: list = []
         marks = _event_iterations(bench, iters, idle)
         t_end = time.perf_counter()
+        clock = _sample_clock_until(_clock(ctx.device), marks[0][0], marks[-1][2])
         ctx.sync()
         slept = s0.elapsed_time(s1)
         enqueue_ms = (t_end - t0) * 1e3
         # host_ms of the batch is capped by the launch queue once the pre-roll fills it: the probe's
         # figure (GPU free) is the host's launch time
         rec = {"sleep_ms": sleep_ms, "slept_ms": slept, "enqueue_ms": enqueue_ms, "preroll": preroll,
-               "batch_host_ms": (t_end - t_batch) * 1e3 / iters, "idle_marks": len(idle)}
+               "batch_host_ms": (t_end - t_batch) * 1e3 / iters, "idle_marks": len(idle), "clock": clock}
         lead, fed = batch_checks(enqueue_ms, slept, agreed, gpu_agreed, len(idle))
         lead_all, ahead_all = (x > 0 for x in _allreduce_host([float(lead), float(fed)],
                                                               ctx.cpu_group, dist.ReduceOp.MIN))

@@ -1,0 +1,125 @@
+"""What the GPU's clock did while a batch ran: SM clock, temperature, power and the reasons NVML gives
+for holding the clock down, read (never set) through NVML while the host waits for the batch.
+
+Why: the same op moves by up to ~4% from call to call on an H200 under its power cap, with the harness
+holding the host ahead (results/noise-x2). A GEMM-bound op's time scales with 1/SM clock, so recording
+the clock beside every batch tells machine drift (the card's power and thermal management, which we
+must measure as we find it) from a harness fault, and lets the noise benchmark show the spread of
+time x clock (cycles) beside the spread of time.
+
+NVML is the driver's library (libnvidia-ml.so.1), loaded with ctypes: no Python package needed. Where
+it is absent (CPU machines, containers without it) ``open_clock`` returns None and batches carry no
+clock figures.
+"""
+from __future__ import annotations
+
+import ctypes
+import statistics
+
+# nvmlClocksEventReasons (nvml.h); "GpuIdle" and the settings bits are NVML's names shortened
+REASONS = {0x1: "idle", 0x2: "app_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+           0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
+           0x100: "display_clock_setting"}
+_NVML_CLOCK_SM = 1
+_NVML_TEMPERATURE_GPU = 0
+_lib = None
+
+
+def reason_names(mask: int) -> list[str]:
+    """NVML's clock-event reason bits as names (unknown bits as hex)."""
+    names = [n for bit, n in REASONS.items() if mask & bit]
+    rest = mask & ~sum(REASONS)
+    return names + ([hex(rest)] if rest else [])
+
+
+def _nvml():
+    global _lib
+    if _lib is None:
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() != 0:
+                raise OSError("nvmlInit_v2 failed")
+        except (OSError, AttributeError):
+            _lib = False
+        else:
+            _lib = lib
+    return _lib or None
+
+
+class GpuClock:
+    """Samples one GPU's clock, temperature, power and clock-event reasons through NVML."""
+
+    def __init__(self, lib, handle):
+        self._lib, self._handle = lib, handle
+        get = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        self._reasons = get or lib.nvmlDeviceGetCurrentClocksThrottleReasons
+
+    def sample(self) -> tuple[int, int, float, int] | None:
+        """(SM MHz, temperature C, power W, reason bits), or None if NVML refused a query."""
+        mhz, temp, mw, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+        h = self._handle
+        if (self._lib.nvmlDeviceGetClockInfo(h, _NVML_CLOCK_SM, ctypes.byref(mhz))
+                or self._lib.nvmlDeviceGetTemperature(h, _NVML_TEMPERATURE_GPU, ctypes.byref(temp))
+                or self._lib.nvmlDeviceGetPowerUsage(h, ctypes.byref(mw))
+                or self._reasons(h, ctypes.byref(reasons))):
+            return None
+        return mhz.value, temp.value, mw.value / 1e3, reasons.value
+
+
+def open_clock(device) -> GpuClock | None:
+    """A sampler for the CUDA ``device`` (matched to NVML by UUID, so CUDA_VISIBLE_DEVICES cannot
+    misplace it), or None where NVML or the device is not available."""
+    import torch
+
+    if getattr(device, "type", None) != "cuda":
+        return None
+    lib = _nvml()
+    if lib is None:
+        return None
+    props = torch.cuda.get_device_properties(device)
+    uuid = str(props.uuid)
+    handle = ctypes.c_void_p()
+    for name in (uuid, "GPU-" + uuid):
+        if lib.nvmlDeviceGetHandleByUUID(name.encode(), ctypes.byref(handle)) == 0:
+            return GpuClock(lib, handle)
+    if hasattr(props, "pci_bus_id"):
+        bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        if lib.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(handle)) == 0:
+            return GpuClock(lib, handle)
+    return None
+
+
+def summarize(samples: list[tuple[int, int, float, int]]) -> dict | None:
+    """One batch's clock record from its samples: SM MHz median/min/max, hottest C, median W, reasons seen."""
+    if not samples:
+        return None
+    mhz = [s[0] for s in samples]
+    mask = 0
+    for s in samples:
+        mask |= s[3]
+    return {"sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "sm_mhz_max": max(mhz),
+            "temp_c": max(s[1] for s in samples), "power_w": statistics.median(s[2] for s in samples),
+            "reasons": reason_names(mask), "samples": len(samples)}
+
+
+def merge_ranks(records: list[dict | None]) -> dict | None:
+    """The clock of a batch over its ranks: the slowest rank's SM clock (a collective waits for it),
+    the hottest temperature, the highest power, every reason any rank gave."""
+    recs = [r for r in records if r]
+    if not recs:
+        return None
+    slow = min(recs, key=lambda r: r["sm_mhz"])
+    return {"sm_mhz": slow["sm_mhz"], "sm_mhz_min": min(r["sm_mhz_min"] for r in recs),
+            "sm_mhz_max": max(r["sm_mhz_max"] for r in recs), "temp_c": max(r["temp_c"] for r in recs),
+            "power_w": max(r["power_w"] for r in recs),
+            "reasons": sorted({n for r in recs for n in r["reasons"]}), "samples": min(r["samples"] for r in recs)}
+
+
+def clock_over_rounds(records: list[dict | None]) -> dict | None:
+    """A point's clock: the median of its rounds' SM clocks, their range, every reason seen."""
+    recs = [r for r in records if r]
+    if not recs:
+        return None
+    return {"sm_mhz": statistics.median(r["sm_mhz"] for r in recs), "sm_mhz_min": min(r["sm_mhz_min"] for r in recs),
+            "sm_mhz_max": max(r["sm_mhz_max"] for r in recs), "temp_c": max(r["temp_c"] for r in recs),
+            "reasons": sorted({n for r in recs for n in r["reasons"]}), "rounds": len(recs)}
