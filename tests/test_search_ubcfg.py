@@ -45,10 +45,23 @@ def test_override_changing_method_starts_from_that_methods_defaults():
     assert cfg["fc2_fprop"]["aggregate"] == 1 and "num_splits" not in cfg["fc2_fprop"]
 
 
+def test_a_reduce_scatter_dgrad_drops_the_default_wgrad_as_te_does(tmp_path):
+    cfg = case_ub_cfgs(parse_case_id("fc1-tp2-ub.nvidia_bf16_tp2+dgrad.pipe.sm8"))
+    assert "fc1_wgrad" not in cfg and cfg["fc1_dgrad"]["method"] == "pipeline"
+    assert cfg["qkv_wgrad"] == load_preset("nvidia_bf16_tp2")["qkv_wgrad"]     # the other op keeps its bulk
+    # a user file making both column dgrads reduce-scatters loads; one that also gives a wgrad is refused
+    (tmp_path / "rs.yaml").write_text("qkv_dgrad: {method: ring_exchange}\nfc1_dgrad: {method: pipeline, num_sm: 8}\n")
+    cfg = load_preset("rs", tmp_path)
+    assert "qkv_wgrad" not in cfg and "fc1_wgrad" not in cfg and len(cfg) == 8
+    (tmp_path / "bad.yaml").write_text("qkv_dgrad: {method: ring_exchange}\nqkv_wgrad: {method: bulk}\n")
+    with pytest.raises(ValueError, match="Cannot specify user UB config for 'qkv_wgrad'"):
+        load_preset("bad", tmp_path)
+
+
 @pytest.mark.parametrize("case_id, key", [
     ("qkv-tp4-ub.te+fprop.pipe", "qkv_fprop"),        # pipeline cannot all-gather
     ("proj-tp4-ub.te+fprop.bulk", "proj_fprop"),      # bulk only for qkv/fc1 dgrad/wgrad
-    ("fc1-tp4-ub.te+dgrad.ring", "fc1_dgrad"),
+    ("fc1-tp4-ub.te+dgrad.ring+wgrad.bulk.sm4", "fc1_wgrad"),   # TE: no wgrad config beside an RS dgrad
     ("fc2-tp4-ub.te+dgrad.ring.split4", "fc2_dgrad"),  # ring_exchange ignores num_splits
     ("qkv-tp4-ub.te+wgrad.bulk.sm200", "qkv_wgrad"),
     ("qkv-tp4-ub.te+wgrad.bulk.sm0", "qkv_wgrad"),

@@ -22,6 +22,8 @@ def te_ub_cfgs(per_gemm: dict, workload: str = "bf16") -> dict[str, dict]:
     validate_ub_cfgs(per_gemm, workload=workload)
     out = {}
     for name in TE_GEMMS:
+        if name not in per_gemm:      # a wgrad whose dgrad is a reduce-scatter (validated above)
+            continue
         entry = per_gemm[name]
         out[name] = {"method": entry["method"]}
         for knob in METHOD_KNOBS[entry["method"]]:

@@ -150,8 +150,18 @@ def load_preset(name: str, presets_dir: str | Path | list | None = None) -> dict
     validate_ub_cfgs(raw, require_all=False, source=str(path))
     for key, entry in raw.items():
         cfgs[key] = merge_entry(cfgs[key], _as_ints(entry))
+    _drop_default_wgrads(cfgs, given=raw)
     validate_ub_cfgs(cfgs, source=str(path))
     return cfgs
+
+
+def _drop_default_wgrads(cfgs: dict, given) -> None:
+    """TE's initialize_ub: a qkv/fc1 dgrad given a reduce-scatter method takes its wgrad out of the
+    bulk overlaps, so the default wgrad entry goes; one the user gave stays and is refused by
+    validate_ub_cfgs, with TE's reason."""
+    for op in COLUMN_OPS:
+        if is_rs_dgrad(f"{op}_dgrad", cfgs[f"{op}_dgrad"]["method"]) and f"{op}_wgrad" not in given:
+            cfgs.pop(f"{op}_wgrad", None)
 
 
 def case_ub_cfgs(case: Case, presets_dir: str | Path | list | None = None, *,
@@ -161,9 +171,15 @@ def case_ub_cfgs(case: Case, presets_dir: str | Path | list | None = None, *,
     if case.variant.kind != "ub":
         raise ValueError(f"case {case.id}: only ub.* cases have ub_cfgs")
     cfgs = load_preset(case.variant.preset, presets_dir)
+    given = set()
     for o in case.variant.overrides:
         key = f"{case.op}_{o.gemm}"
+        if key not in cfgs:
+            raise ValueError(f"case {case.id}: {key} has no overlap here: its dgrad is a reduce-scatter "
+                             f"(TE then drops the wgrad's bulk overlap)")
         cfgs[key] = merge_entry(cfgs[key], o.as_ub_cfg())
+        given.add(key)
+    _drop_default_wgrads(cfgs, given)
     validate_ub_cfgs(cfgs, source=f"case {case.id}", workload=workload)
     return cfgs
 
@@ -315,5 +331,7 @@ def compose_ub_cfgs(per_op: dict[str, dict], base: dict | None = None, *, worklo
         if not own:
             raise ValueError(f"compose_ub_cfgs: no {op}_* entries in the config given for {op}")
         cfgs.update((k, dict(v)) for k, v in own.items())
+        if op in COLUMN_OPS and f"{op}_wgrad" not in own:
+            cfgs.pop(f"{op}_wgrad", None)   # its dgrad is a reduce-scatter (TE drops the wgrad overlap)
     validate_ub_cfgs(cfgs, source="composed ub_cfgs", workload=workload)
     return cfgs
