@@ -35,12 +35,12 @@ def test_candidates_per_group_cheapest_first_and_only_where_te_reads_them():
 
 def test_every_candidate_is_a_valid_config_and_a_case_that_reproduces_it():
     base = load_preset("nvidia_bf16_tp2")
-    from tptune.search.methods import set_knob
+    from tptune.search.methods import with_knob
     for op in ("qkv", "proj", "fc1", "fc2"):
         for group, per in knob_candidates(op, 2, base, workload="fp8").items():
             for name, vals in per.items():
                 for v in vals:
-                    cfgs = {**base, name: set_knob(base[name], group, v)}
+                    cfgs = with_knob(base, name, group, v)
                     validate_ub_cfgs(cfgs, workload="fp8")
                     got = case_ub_cfgs(parse_case_id(setting_case(op, 2, cfgs)), workload="fp8")
                     assert got[name] == cfgs[name]
@@ -157,3 +157,53 @@ def test_plan_result_before_the_end_and_stale_sessions():
     assert s.label == "refs" and len(s.members) == 2
     # a session whose members changed is asked again
     assert plan_next("proj", 2, _refs(), {"refs": {"x": {}}}).label == "refs"
+
+
+# ---- the reduce-scatter dgrad (Megatron's tp_comm_overlap_rs_dgrad) ----
+
+def test_rs_dgrad_is_a_column_dgrad_choice_that_drops_the_wgrad():
+    base = load_preset("nvidia_bf16_tp2")
+    c = knob_candidates("qkv", 2, base)
+    assert c["rs_dgrad"] == {"qkv_dgrad": [0, 1]}
+    assert "rs_dgrad" not in knob_candidates("proj", 2, base)
+    assert "rs_dgrad" not in knob_candidates("qkv", 2, base, config={"rs_dgrad": [0]})
+    from tptune.search.methods import with_knob
+    rs = with_knob(base, "fc1_dgrad", "rs_dgrad", 1)
+    assert rs["fc1_dgrad"]["method"] == "ring_exchange" and "fc1_wgrad" not in rs
+    got = case_ub_cfgs(parse_case_id(setting_case("fc1", 2, rs)))      # the op's entries reproduce
+    assert {k: v for k, v in got.items() if k.startswith("fc1_")} == {k: v for k, v in rs.items() if k.startswith("fc1_")}
+    back = with_knob(rs, "fc1_dgrad", "rs_dgrad", 0)
+    assert back["fc1_dgrad"]["method"] == "bulk" and back["fc1_wgrad"] == te_default_ub_cfgs()["fc1_wgrad"]
+    with pytest.raises(ValueError, match="knobs.rs_dgrad"):
+        knob_config({"rs_dgrad": [2]})
+    # the grid counts the reduce-scatter mode beside the bulk one
+    assert grid_size("qkv", 2, base) > grid_size("qkv", 2, base, config={"rs_dgrad": [0]})
+
+
+def _rs_model(gain):
+    """qkv: a ring-exchange reduce-scatter dgrad is ``gain`` ms faster than any bulk pair; within it
+    use_ce 0 costs 0.5 ms; bulk num_sm does not matter."""
+    def model(c):
+        d = c["qkv_dgrad"]
+        if d["method"] == "ring_exchange":
+            return 8.0 - gain + (0.5 if not d["use_ce"] else 0.0)
+        return 8.0
+    return model
+
+
+def test_planner_takes_the_rs_dgrad_when_it_wins_and_keeps_the_bulk_alternative():
+    res, measured = _measure_all("qkv", 2, _refs(), _rs_model(0.6))
+    assert res.cfgs["qkv_dgrad"]["method"] == "ring_exchange" and "qkv_wgrad" not in res.cfgs
+    assert res.cfgs["qkv_dgrad"]["use_ce"] == 1
+    assert "use_ce:qkv_dgrad" in measured                        # the chosen mode's knobs are searched
+    assert not any("qkv_wgrad" in label for label in measured)   # the dropped wgrad is not
+    alt = case_ub_cfgs(parse_case_id(res.alternative))
+    assert alt["qkv_dgrad"]["method"] == "bulk" and "qkv_wgrad" in alt
+
+
+def test_planner_keeps_bulk_on_a_tie_and_offers_the_rs_dgrad_as_alternative():
+    res, _ = _measure_all("qkv", 2, _refs(), _rs_model(0.05))      # < the 2% margin of 8 ms
+    assert res.cfgs["qkv_dgrad"]["method"] == "bulk" and "qkv_wgrad" in res.cfgs
+    assert case_ub_cfgs(parse_case_id(res.alternative))["qkv_dgrad"]["method"] == "ring_exchange"
+    res, _ = _measure_all("proj", 2, _refs(), proj_model)
+    assert res.alternative is None

@@ -232,3 +232,26 @@ def test_a_submit_host_without_gpus_submits_and_the_jobs_check_their_own_hardwar
     p = smk("outputs/submit/sessions/proj/tp2/fprop.ring_exchange/step0/session.json", TPTUNE_SUBMIT_ONLY="1")
     log = (workdir / "outputs/submit/logs/measure/proj-tp2-fprop.ring_exchange-step0.log")
     assert p.returncode != 0 and "te needs CUDA GPUs" in log.read_text()
+
+
+def qkv_rs_wins(cfgs: dict) -> float:
+    """qkv: a ring-exchange reduce-scatter dgrad is 6% faster than any bulk pair; nothing else moves."""
+    return 9.4 if cfgs["qkv_dgrad"]["method"] == "ring_exchange" else 10.0
+
+
+def test_the_tp_point_also_measures_the_other_dgrad_mode(tmp_path, pool_dir):
+    s = _settings(pool_dir)
+    records = run_search(s, tmp_path, op="qkv", model=qkv_rs_wins)
+    last = records[-1]
+    best, alt = (case_ub_cfgs(parse_case_id(last[k])) for k in ("best_case", "alternative"))
+    assert best["qkv_dgrad"]["method"] == "ring_exchange" and "qkv_wgrad" not in best
+    assert alt["qkv_dgrad"]["method"] == "bulk"
+    rs = next(c for c in last["changes"] if c["group"] == "rs_dgrad")
+    assert rs["moved"] and "qkv_wgrad overlap dropped" in rs["diff"]
+    members, tuned = point_members(s, "qkv", 2, [last])
+    ids = [c.id for c in members]
+    assert last["best_case"] in ids and [c.id for c in tuned] == [last["best_case"]]
+    # the alternative is TE's defaults here (the best reference, bulk): measured under that name
+    op_cfgs = [{k: v for k, v in case_ub_cfgs(c).items() if k.startswith("qkv_")} for c in members
+               if c.variant.kind == "ub"]
+    assert {k: v for k, v in alt.items() if k.startswith("qkv_")} in op_cfgs

@@ -90,3 +90,38 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
         pts[op]["candidates"] = {k: v for k, v in pts[op]["candidates"].items() if "nvidia" not in k}
     members, _ = layer_members(s, 2, pts, tmp_path / "b")
     assert "layer-tp2-ub.fastest_tp2" not in [c.id for c in members]
+
+
+def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_path):
+    """qkv wins with a reduce-scatter dgrad, fc1 with bulk: Megatron cannot build that block. The block
+    measures the per-op choices within each mode, tuned = the mode with the lower estimate, and every
+    written combination is one that Megatron's switches express."""
+    import yaml
+
+    from tptune.layer import layer_members
+    from tptune.search.megatron_flags import block_switches
+    from tptune.search.ubcfg import load_preset
+
+    s = types.SimpleNamespace(backend="te", config={"decision": {"noise_floor": 0.02}, "search": {"te_presets": []}},
+                              model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16")))
+    pts = {}
+    for op, rs_ms, bulk_ms in (("qkv", 3.0, 3.3), ("fc1", 17.9, 17.5)):
+        rs, bulk = f"{op}-tp2-ub.te+dgrad.ring", f"{op}-tp2-ub.te+dgrad.bulk.sm2"
+        pts[op] = {"none": _pt(f"{op}-tp2-none", 20.0), "nocomm": _pt(f"{op}-tp2-nocomm", 2.0),
+                   "candidates": {rs: _pt(rs, rs_ms), bulk: _pt(bulk, bulk_ms)}}
+    for op in ("proj", "fc2"):
+        ring = f"{op}-tp2-ub.te+fprop.ring"
+        pts[op] = {"none": _pt(f"{op}-tp2-none", 12.0), "nocomm": _pt(f"{op}-tp2-nocomm", 9.0),
+                   "candidates": {ring: _pt(ring, 10.0)}}
+    members, tuned = layer_members(s, 2, pts, tmp_path)
+    ids = [c.id for c in members]
+    assert tuned.id == "layer-tp2-ub.tuned_tp2" and "layer-tp2-ub.tuned_other_dgrad_tp2" in ids
+    d = tmp_path / "presets"
+    t, o = load_preset("tuned_tp2", d), load_preset("tuned_other_dgrad_tp2", d)
+    # rs: 3.0 + 17.9 = 20.9 ms against bulk: 3.3 + 17.5 = 20.8 ms -> tuned is the bulk combination
+    assert t["qkv_dgrad"]["method"] == t["fc1_dgrad"]["method"] == "bulk" and t["qkv_dgrad"]["num_sm"] == 2
+    assert o["qkv_dgrad"]["method"] == o["fc1_dgrad"]["method"] == "ring_exchange"
+    assert "qkv_wgrad" not in o and "fc1_wgrad" not in o
+    assert block_switches(o)["tp_comm_overlap_rs_dgrad"] and not block_switches(t)["tp_comm_overlap_rs_dgrad"]
+    assert "one switch" in (d / "tuned_tp2.yaml").read_text()
+    assert yaml.safe_load((d / "tuned_tp2.yaml").read_text())["fc1_dgrad"]["num_sm"] == 2

@@ -74,6 +74,7 @@ def step_record(s: Settings, op: str, tp: int, step: int, prev: dict | None, run
     if nxt is None:
         res = plan_result(op, tp, measured=measured, **plan)
         rec.update({"best": res.case, "best_case": res.case, "path": res.path, "reference": res.reference,
+                    "alternative": res.alternative,
                     "cost": cost(op, tp, plan["references"][res.reference], sessions, gpu_s, plan["workload"],
                                  plan["config"]),
                     "changes": changes(res.path, measured, plan["workload"], plan["floor"])})
@@ -106,8 +107,11 @@ def changes(path: list[dict], measured: dict, workload: str = "bf16", floor: flo
             continue
         group, gemms = entry["session"].split(":")[:2]
         before, after = _op_cfgs(inc, workload), _op_cfgs(entry["kept"], workload)
-        diff = []
+        diff = [f"{g} overlap dropped" for g in before if g not in after]
         for g, e in after.items():
+            if g not in before:
+                diff.append(f"{g} bulk overlap restored")
+                continue
             keys = ["method"] if e["method"] != before[g]["method"] else sorted(set(e) | set(before[g]))
             diff += [f"{g}.{k} {before[g].get(k)}→{e.get(k)}" for k in keys if before[g].get(k) != e.get(k)]
         pts = measured.get(entry["session"]) or {}

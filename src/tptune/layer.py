@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from .cases import Case, make_case, parse_case_id
+from .ops import COLUMN_OPS
 from .search.noise import compare_points
 from .search.points import point_median
 
@@ -35,6 +36,62 @@ def tuned_preset(tp: int) -> str:
 
 def fastest_preset(tp: int) -> str:
     return f"fastest_tp{tp}"
+
+
+def other_mode_preset(tp: int) -> str:
+    return f"tuned_other_dgrad_tp{tp}"
+
+
+def _megatron_expressible(cfgs: dict) -> bool:
+    from .search.megatron_flags import block_switches
+
+    try:
+        block_switches(cfgs)
+    except ValueError:
+        return False
+    return True
+
+
+def _dgrad_mode(case_id: str, wl: str) -> str | None:
+    """"bulk" or "rs_dgrad" for a userbuffers setting of a column op, else None."""
+    from .search.megatron_flags import _op_mode
+    from .search.ubcfg import case_ub_cfgs, op_entries
+
+    c = parse_case_id(case_id)
+    if c.variant.kind != "ub" or c.op not in COLUMN_OPS:
+        return None
+    return _op_mode(c.op, op_entries(case_ub_cfgs(c, workload=wl), c.op))
+
+
+def _per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> list[tuple]:
+    """[(estimate ms, mode, ub_cfgs, notes)]: per dgrad mode in which every measured column op has a
+    userbuffers setting, the per-op choices with the column ops' candidates restricted to that mode.
+    The estimate sums the column ops' fastest median in that mode."""
+    from .decide import _ub_cfgs_at
+
+    wl = s.model.workload.ub_rules
+    out = []
+    for mode in ("bulk", "rs_dgrad"):
+        sub, est = {}, 0.0
+        for op, pts in by_op.items():
+            p = pts.get(tp)
+            if op not in COLUMN_OPS or p is None:
+                sub[op] = pts
+                continue
+            cands = {cid: q for cid, q in p["candidates"].items() if _dgrad_mode(cid, wl) in (mode, None)}
+            in_mode = [q for cid, q in cands.items() if _dgrad_mode(cid, wl) == mode
+                       and point_median(q) != float("inf")]
+            if not in_mode:
+                break
+            est += min(point_median(q) for q in in_mode)
+            sub[op] = {**pts, tp: {**p, "candidates": cands}}
+        else:
+            cfgs, notes = _ub_cfgs_at(s, sub, tp, floor, fastest=fastest)
+            if _megatron_expressible(cfgs):
+                out.append((est, mode, cfgs, notes))
+    if not out:
+        raise ValueError(f"TP={tp}: no dgrad mode in which qkv and fc1 both have a measured userbuffers setting")
+    return out
 
 
 def _write_preset(d: Path, name: str, cfgs: dict, notes: list[str], title: str) -> None:
@@ -53,10 +110,29 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> t
         fast, fast_notes = _ub_cfgs_at(s, by_op, tp, floor, fastest=True)
         d = presets_dir(run_dir)
         d.mkdir(parents=True, exist_ok=True)
+        other = None
+        if not _megatron_expressible(cfgs):
+            # qkv and fc1 chose different dgrad modes, which one Megatron switch cannot give: the block
+            # measures the per-op choices within each mode, the likelier one (by the ops' estimates) as tuned
+            combos = sorted(_per_mode_combos(s, by_op, tp, floor, fastest=False), key=lambda c: c[0])
+            (_, mode, cfgs, notes), *rest = combos
+            notes = [f"qkv and fc1 chose different dgrad modes (tp_comm_overlap_rs_dgrad is one switch): "
+                     f"this is the {mode} combination"] + notes
+            if rest:
+                _, omode, ocfgs, onotes = rest[0]
+                other = (omode, ocfgs, onotes)
+        if not _megatron_expressible(fast):
+            fast, fast_notes = next(((c, n) for _, m, c, n in _per_mode_combos(s, by_op, tp, floor, fastest=True)
+                                     if _megatron_expressible(c)), (cfgs, notes))
         _write_preset(d, tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:")
         presets = s.config["search"].get("te_presets", [])
         variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
-        if fast != cfgs:
+        if other is not None:
+            omode, ocfgs, onotes = other
+            _write_preset(d, other_mode_preset(tp), ocfgs, onotes,
+                          f"tuned combination at TP={tp} with every column op's dgrad {omode}, per op:")
+            variants.append(f"ub.{other_mode_preset(tp)}")
+        if fast != cfgs and fast != (other or (None, None))[1]:
             _write_preset(d, fastest_preset(tp), fast, fast_notes,
                           f"fastest combination at TP={tp} (each op's fastest userbuffers setting by estimate):")
             variants.append(f"ub.{fastest_preset(tp)}")

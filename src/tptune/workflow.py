@@ -179,6 +179,8 @@ def point_members(s: Settings, op: str, tp: int, results: list[dict]) -> tuple[l
     """What the TP point of (op, TP) measures side by side: the references, each search's winner and
     the tuned combination of the winners (the last returned apart too)."""
     winners = [parse_case_id(r["best_case"]) for r in results]
+    # the knob search's best setting in the other dgrad mode: the layer stage may need it (one switch)
+    winners += [parse_case_id(r["alternative"]) for r in results if r.get("alternative")]
     tuned = tuned_cases(s, op, tp, {r["dim"]: r for r in results})
     refs = reference_cases(s, op, tp)  # the named yardsticks stay, even where two are the same setting
     distinct = distinct_settings(refs + winners + tuned, s.model.workload.ub_rules)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from ..cases import make_case, make_override, Variant
 from ..ops import COLUMN_OPS, OP_GEMMS
 from . import bisect
-from .methods import UNIMODAL_GROUPS, current_value, gemm_knob_values, knob_config, set_knob
+from .methods import UNIMODAL_GROUPS, current_value, gemm_knob_values, knob_config, with_knob
 from .noise import DEFAULT_FLOOR, compare_points
 from .rounds import center
 from .ubcfg import validate_ub_cfgs
@@ -56,6 +56,9 @@ class SearchResult:
     reference: str                   # the best reference
     path: list = field(default_factory=list)
     sessions: list = field(default_factory=list)   # every Session the search needed
+    # the best setting of the other dgrad mode (a column op: bulk vs reduce-scatter), as its case id:
+    # Megatron's tp_comm_overlap_rs_dgrad is one switch for qkv and fc1, so the layer stage may need it
+    alternative: str | None = None
 
     @property
     def measurements(self) -> int:
@@ -72,6 +75,8 @@ def setting_case(op: str, tp: int, cfgs: dict) -> str:
     each of the op's GEMMs (every knob spelled out, so ubcfg.case_ub_cfgs reproduces it)."""
     ovs = []
     for gemm in OP_GEMMS[op]:
+        if f"{op}_{gemm}" not in cfgs:      # a wgrad beside a reduce-scatter dgrad: TE drops it too
+            continue
         e = cfgs[f"{op}_{gemm}"]
         ovs.append(make_override(gemm, e["method"], **{k: v for k, v in e.items() if k != "method"}))
     return make_case(op, tp, Variant("ub", preset="te", overrides=tuple(ovs))).id
@@ -141,7 +146,16 @@ def _replay(op, tp, references, measured, config, workload, floor):
         joint_done = False
         for gemm in OP_GEMMS[op]:
             name = f"{op}_{gemm}"
-            if name in bulk_pair and all(inc[g]["method"] == "bulk" for g in bulk_pair):
+            if name not in inc:
+                continue
+            if group == "rs_dgrad":
+                vals = _values(name, inc, group, config, workload)
+                if len(vals) > 1:
+                    options = [(v, with_knob(inc, name, group, v)) for v in vals]
+                    kept, inc = pick(f"{group}:{name}", options)
+                    res.alternative = next(setting_case(op, tp, c) for v, c in options if v != kept)
+                continue
+            if name in bulk_pair and all(inc.get(g, {}).get("method") == "bulk" for g in bulk_pair):
                 if joint_done:
                     continue
                 joint_done = True
@@ -154,18 +168,12 @@ def _replay(op, tp, references, measured, config, workload, floor):
                 best_v = _bisect(op, tp, group, name, inc, vals, measured, floor, session)
                 cur = current_value(inc[name], group)
                 opts = sorted({cur, best_v}, key=lambda v: vals.index(v) if v in vals else len(vals))
-                _, inc = pick(f"{group}:{name}:confirm", [(v, _with(inc, name, group, v)) for v in opts])
+                _, inc = pick(f"{group}:{name}:confirm", [(v, with_knob(inc, name, group, v)) for v in opts])
             else:
-                _, inc = pick(f"{group}:{name}", [(v, _with(inc, name, group, v)) for v in vals])
+                _, inc = pick(f"{group}:{name}", [(v, with_knob(inc, name, group, v)) for v in vals])
     res.cfgs = inc
     res.case = setting_case(op, tp, inc)
     return res
-
-
-def _with(cfgs, name, group, value):
-    if value == current_value(cfgs[name], group):
-        return cfgs
-    return {**cfgs, name: set_knob(cfgs[name], group, value)}
 
 
 def _values(name, inc, group, config, workload):
@@ -173,7 +181,7 @@ def _values(name, inc, group, config, workload):
     vals = []
     for v in gemm_knob_values(name, inc[name], group, config, workload):
         try:
-            validate_ub_cfgs(_with(inc, name, group, v), workload=workload)
+            validate_ub_cfgs(with_knob(inc, name, group, v), workload=workload)
         except ValueError:
             continue
         vals.append(v)
@@ -190,7 +198,7 @@ def _bisect(op, tp, group, name, inc, vals, measured, floor, session):
         if not todo:
             return bisect.result(vals, {}, floor=floor, pairs=pairs)[0]
         left, right = todo
-        cl, cr = (setting_case(op, tp, _with(inc, name, group, v)) for v in (left, right))
+        cl, cr = (setting_case(op, tp, with_knob(inc, name, group, v)) for v in (left, right))
         pts = session(f"{group}:{name}:{left}-{right}", [cl, cr])
         pairs[(left, right)] = (pts[cl], pts[cr])
 
@@ -210,7 +218,7 @@ def _joint(op, tp, group, pair, inc, cfg, config, workload, floor, session, pick
     else:
         grid = list(itertools.product(vd, vw))
         label = f"{group}:{d}+{w}"
-    opts = [((a, b), _with(_with(inc, d, group, a), w, group, b)) for a, b in grid]
+    opts = [((a, b), with_knob(with_knob(inc, d, group, a), w, group, b)) for a, b in grid]
     if group in UNIMODAL_GROUPS:
         opts.sort(key=lambda o: (sum(o[0]), o[0]))      # fewer SMs / splits in all first
     _, new = pick(label, opts)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cases import METHODS, Case, GemmOverride, Variant, make_case, make_override
-from ..ops import OP_GEMMS
+from ..ops import COLUMN_OPS, OP_GEMMS
 from .ubcfg import KNOB_RANGES, allowed_methods
 
 DEFAULT_CONFIG = {
@@ -121,8 +121,13 @@ def _ints(values, key: str, lo: int, hi: int) -> list[int]:
 # Candidate values per knob group (issue 12): every knob TE 2.20 honours, per GEMM of an op.
 # ---------------------------------------------------------------------------------------------
 KNOB_DEFAULTS = {
-    "groups": ["method", "use_ce", "set_sm_margin", "num_sm", "cga_size", "num_splits", "aggregate",
+    "groups": ["method", "rs_dgrad", "use_ce", "set_sm_margin", "num_sm", "cga_size", "num_splits", "aggregate",
                "pipeline_rs_overlap_first_gemm", "fp8_buf", "priority"],
+    # qkv/fc1 dgrad: 0 = bulk (dgrad hides wgrad's all-gather, wgrad hides dgrad's reduce-scatter),
+    # 1 = a ring-exchange reduce-scatter inside the dgrad GEMM, wgrad not overlapped (Megatron's
+    # tp_comm_overlap_rs_dgrad). Pipeline is left out: on 2xH200 (TE 2.20.2, bf16) a pipelined
+    # dgrad reduce-scatter failed the numerics check on the op and on the block (results/rs-dgrad-x2).
+    "rs_dgrad": [0, 1],
     "num_sm": [1, 2, 4, 8, 16, 24, 32],
     "cga_size": [1, 2, 4],
     "set_sm_margin": [0, 1],
@@ -150,8 +155,12 @@ def knob_config(config: dict | None = None) -> dict:
     bad = [g for g in cfg["groups"] if g not in GROUP_KNOBS]
     if bad:
         raise ValueError(f"knobs.groups: unknown group(s) {bad} (expected {', '.join(GROUP_KNOBS)})")
+    if not isinstance(cfg["rs_dgrad"], (list, tuple)) or not cfg["rs_dgrad"] or any(
+            v not in (0, 1) or isinstance(v, bool) for v in cfg["rs_dgrad"]):
+        raise ValueError(f"knobs.rs_dgrad: expected a non-empty list of 0 (bulk) and/or 1 (reduce-scatter "
+                         f"dgrad), got {cfg['rs_dgrad']!r}")
     for k in GROUP_KNOBS:
-        if k in ("method", "priority"):
+        if k in ("method", "priority", "rs_dgrad"):
             continue
         vals = cfg[k]
         if not isinstance(vals, (list, tuple)) or not vals or any(
@@ -178,6 +187,13 @@ def gemm_knob_values(name: str, entry: dict, group: str, config: dict | None = N
     if group == "method":
         ms = [x for x in ("ring_exchange", "pipeline") if x in allowed_methods(name)]
         return ms if len(ms) > 1 else []
+    if group == "rs_dgrad":
+        from .ubcfg import is_rs_dgrad
+        op, gemm = name.split("_", 1)
+        if op not in COLUMN_OPS or gemm != "dgrad":
+            return []
+        vals = sorted(set(cfg["rs_dgrad"]))
+        return vals if len(vals) > 1 or vals[0] != int(is_rs_dgrad(name, m)) else []
     if group == "priority":
         return [tuple(p) for p in cfg["priority"]]
     if group == "use_ce":
@@ -213,15 +229,34 @@ METHOD_DEFAULTS_SM = {"ring_exchange": 1, "pipeline": 16, "bulk": 16}
 
 def set_knob(entry: dict, group: str, value) -> dict:
     """``entry`` with knob group ``group`` at ``value`` (a method change starts from that method's
-    TE defaults, ubcfg.merge_entry)."""
+    TE defaults, ubcfg.merge_entry; rs_dgrad 1/0 is the method ring_exchange/bulk of a column dgrad:
+    the caller drops/restores its wgrad, see search.knobs)."""
     from .ubcfg import merge_entry
     if group == "method":
         return merge_entry(entry, {"method": value})
+    if group == "rs_dgrad":
+        return merge_entry(entry, {"method": "ring_exchange" if value else "bulk"})
     out = dict(entry)
     if group == "priority":
         out["comm_priority"], out["gemm_priority"] = int(value[0]), int(value[1])
     else:
         out[group] = int(value)
+    return out
+
+
+def with_knob(cfgs: dict, name: str, group: str, value) -> dict:
+    """A ub_cfgs with GEMM ``name``'s knob group at ``value`` (``cfgs`` itself where it already is).
+    rs_dgrad also drops (1) or restores at TE's default (0) the GEMM's wgrad, as TE requires."""
+    from .ubcfg import te_default_ub_cfgs
+    if value == current_value(cfgs[name], group):
+        return cfgs
+    out = {**cfgs, name: set_knob(cfgs[name], group, value)}
+    if group == "rs_dgrad":
+        wgrad = name.replace("dgrad", "wgrad")
+        if value:
+            out.pop(wgrad, None)
+        else:
+            out[wgrad] = te_default_ub_cfgs()[wgrad]
     return out
 
 
@@ -241,7 +276,7 @@ def knob_candidates(op: str, tp: int, base: dict, config: dict | None = None,
             name = f"{op}_{gemm}"
             vals = []
             for v in gemm_knob_values(name, base[name], group, config, workload):
-                trial = {**base, name: set_knob(base[name], group, v)}
+                trial = with_knob(base, name, group, v)
                 try:
                     validate_ub_cfgs(trial, workload=workload)
                 except ValueError:
@@ -259,6 +294,8 @@ def current_value(entry: dict, group: str):
     from .ubcfg import METHOD_DEFAULTS, TE_COMM_PRIORITY, TE_GEMM_PRIORITY
     if group == "method":
         return entry["method"]
+    if group == "rs_dgrad":       # asked of column dgrads only: bulk, or a reduce-scatter method
+        return int(entry["method"] != "bulk")
     if group == "priority":
         return (int(entry.get("comm_priority", TE_COMM_PRIORITY)), int(entry.get("gemm_priority", TE_GEMM_PRIORITY)))
     if group in entry:
@@ -285,19 +322,29 @@ def atomic_pair_candidates(base: dict, workload: str = "bf16") -> list[dict]:
 def grid_size(op: str, tp: int, base: dict, config: dict | None = None, workload: str = "bf16") -> int:
     """Size of the exhaustive grid over the same knob values for ``op``: per GEMM, summed over its
     methods, the product of every group's value count (each knob counted as if it mattered, i.e.
-    num_sm/cga_size of a ring exchange as with SM copies), multiplied over the op's GEMMs."""
-    groups = [g for g in knob_config(config)["groups"] if g != "method"]
-    total = 1
-    for gemm in OP_GEMMS[op]:
-        name = f"{op}_{gemm}"
-        methods = gemm_knob_values(name, base[name], "method", config, workload) or [base[name]["method"]]
+    num_sm/cga_size of a ring exchange as with SM copies), multiplied over the op's GEMMs; for a column
+    op with the reduce-scatter dgrad in the search, plus its grid in that mode (fprop x a ring-exchange
+    dgrad, no wgrad)."""
+    cfg = knob_config(config)
+    groups = [g for g in cfg["groups"] if g not in ("method", "rs_dgrad")]
+
+    def gemm_grid(name: str, entry0: dict) -> int:
+        methods = gemm_knob_values(name, entry0, "method", config, workload) or [entry0["method"]]
         n = 0
         for m in methods:
-            entry = set_knob(base[name], "method", m) if m != base[name]["method"] else dict(base[name])
+            entry = set_knob(entry0, "method", m) if m != entry0["method"] else dict(entry0)
             entry.update(use_ce=0, set_sm_margin=1, num_sm=1) if m == "ring_exchange" else entry.update(num_sm=1)
             k = 1
             for group in groups:
                 k *= max(1, len(gemm_knob_values(name, entry, group, config, workload)))
             n += k
-        total *= n
+        return n
+
+    total = 1
+    for gemm in OP_GEMMS[op]:
+        if f"{op}_{gemm}" in base:
+            total *= gemm_grid(f"{op}_{gemm}", base[f"{op}_{gemm}"])
+    dgrad = f"{op}_dgrad"
+    if op in COLUMN_OPS and "rs_dgrad" in cfg["groups"] and 1 in cfg["rs_dgrad"] and base[dgrad]["method"] == "bulk":
+        total += gemm_grid(f"{op}_fprop", base[f"{op}_fprop"]) * gemm_grid(dgrad, set_knob(base[dgrad], "rs_dgrad", 1))
     return total
