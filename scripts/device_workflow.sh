@@ -6,6 +6,8 @@
 #   RUN_TIMEOUT=300: stop a run after that many seconds (its files still come back)
 #   EXTRA_CONFIG=config/gpu/no-layer.yaml: one more --configfile over each config (e.g. no layer stage)
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
+#   SNAKEMAKE_ARGS="--rerun-triggers input": extra snakemake options, e.g. to finish a carried run whose
+#   file times the carry changed
 #   Carrying: the tracked tree plus what one call carries must stay under 64 MB, so install the bundle in
 #   consecutive calls on one warm machine (carry .device-te, then .device-py, then .device-polars, the
 #   polars wheel apart), then run this script in a call that carries nothing (or only outputs/<run>).
@@ -26,7 +28,7 @@ for cfg in "$@"; do
     run=$base; [ "$reps" -gt 1 ] && run=$base-rep$k
     start=$(date +%s)
     timeout -k 15 -s INT "${RUN_TIMEOUT:-0}" python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" ${EXTRA_CONFIG:+"$EXTRA_CONFIG"} --config run="$run" \
-      --keep-going > "outputs-$run.log" 2>&1
+      --keep-going ${SNAKEMAKE_ARGS:-} > "outputs-$run.log" 2>&1
     echo "$cfg -> $run: snakemake exit $? after $(( $(date +%s) - start )) s"
     tail -3 "outputs-$run.log"
     echo "$(( $(date +%s) - start ))" > "outputs/$run/wall_s.txt"
