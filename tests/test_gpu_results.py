@@ -21,9 +21,11 @@ REPS = ["rep1", "rep2", "rep3"]
 STABILITY_V2 = ROOT / "results" / "stability-llama3-70b-x2-v2"
 REPS_V2 = ["rep1", "rep2", "rep3"]   # rep3: a later session, no layer stage, bound = none with local collectives
 KNOBS = ROOT / "results" / "knobs-llama3-70b-x2"
+KNOBS_REP2 = ROOT / "results" / "knobs-llama3-70b-x2-rep2"   # the same config again, same lease
+RS_DGRAD = ROOT / "results" / "rs-dgrad-x2"
 FP8 = ROOT / "results" / "fp8-llama3-70b-x2"
 FP8_CURRENT = ROOT / "results" / "fp8-current-llama3-70b-x2"
-REDERIVED = [STABILITY / r for r in REPS] + [STABILITY_V2 / r for r in REPS_V2] + [KNOBS, FP8, FP8_CURRENT]
+REDERIVED = [STABILITY / r for r in REPS] + [STABILITY_V2 / r for r in REPS_V2] + [KNOBS, KNOBS_REP2, FP8, FP8_CURRENT]
 
 
 def _phase(summary, phase, col):
@@ -127,7 +129,7 @@ def test_gpu_run_rederives_to_its_committed_decisions(src, tmp_path):
         (want["meta"].get("layer") or {}).get("2", {}).get("winner")
 
 
-@pytest.mark.parametrize("run", [STABILITY / r for r in REPS] + [STABILITY_V2 / r for r in REPS_V2] + [KNOBS],
+@pytest.mark.parametrize("run", [STABILITY / r for r in REPS] + [STABILITY_V2 / r for r in REPS_V2] + [KNOBS, KNOBS_REP2],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_bf16_runs_bound_below_every_setting_and_host_ahead(run):
     for sj in (run / "sessions").glob("*/tp2/point/session.json"):
@@ -138,9 +140,11 @@ def test_bf16_runs_bound_below_every_setting_and_host_ahead(run):
             assert r["status"] == "ok", c
             assert r["host"]["host_ahead"] is True, c
             assert r["environment"]["env"]["UB_SKIPMC"] == "1"
-            if r is not bound:   # strictly below in the stability runs; the knob run: within the margin
-                slack = 1.02 if run == KNOBS else 1.0
-                assert bound["timing"]["total_ms"]["median"] < slack * r["timing"]["total_ms"]["median"], c
+            # strictly below in the stability runs. The knob runs' fc2 with copy-engine ring exchanges
+            # (no SMs move data) reaches the bound, whose stand-in local copies take SMs: its median is
+            # 3% below the bound's, a tie by the paired rounds, so decide flags no fault (asserted below)
+            if r is not bound and run not in (KNOBS, KNOBS_REP2):
+                assert bound["timing"]["total_ms"]["median"] < r["timing"]["total_ms"]["median"], c
             if r["variant"].startswith("ub."):
                 assert r["correctness"]["ok"], c
     dec = json.loads((run / "decisions.json").read_text())
@@ -205,15 +209,17 @@ def test_knob_search_records_its_cost_against_the_grid():
 
 
 def test_fp8_runs_bound_below_no_overlap_and_blocks_pass_numerics():
-    """The FP8 runs (delayed, current scaling): the bound, now the no-overlap layer with local collectives,
-    is no longer above no overlap for fc1/fc2 (the previous bound quantized twice the tokens); every
-    overlapped op setting passes TE's FP8 criterion against its primed reference; every block passes the
-    check with the reference's own pass-to-pass floor, so the block stage has a winner."""
+    """The FP8 runs (delayed, current scaling): the bound, the no-overlap layer with local collectives, is
+    not above no overlap for fc1/fc2 beyond the noise; every overlapped op setting passes TE's FP8
+    criterion against its primed reference; every block passes the check with the reference's own
+    pass-to-pass floor, so the block stage has a winner."""
     for run in (FP8, FP8_CURRENT):
         dec = json.loads((run / "decisions.json").read_text())
         assert dec["meta"]["workload"]["dtype"] == "fp8"
-        faulted = {f["bound"] for f in dec["meta"]["measurement"]["bound_faults"]}
-        assert not faulted & {"fc1-tp2-nocomm", "fc2-tp2-nocomm"}
+        for f in dec["meta"]["measurement"]["bound_faults"]:
+            # current scaling: fc2's bound had one slow first round (6.19 against 4.89-5.06 ms), flagged by
+            # its estimate (> the margin) with an interval that spans 1: reported, not hidden
+            assert run == FP8_CURRENT and f["bound"] == "fc2-tp2-nocomm" and f["lo"] < 1 < f["hi"], f
         for sj in (run / "sessions").glob("*/tp2/point/session.json"):
             sess = json.loads(sj.read_text())
             for c, p in sess["runs"].items():
@@ -230,9 +236,26 @@ def test_fp8_runs_bound_below_no_overlap_and_blocks_pass_numerics():
             if "-ub." in c:   # the input gradient fails TE's rule alone, as no overlap does against itself
                 assert corr["floor_abs_err"]["input"] > 0 and corr["max_abs_err"]["output"] <= 2 * corr["floor_abs_err"]["output"]
         assert "WARNING" not in (run / "tp_comm_overlap_cfg.yaml").read_text()
-    # current scaling: the block picks NVIDIA's FP8 preset over the per-op combination
-    assert json.loads((FP8_CURRENT / "decisions.json").read_text())["meta"]["layer"]["2"]["winner"] == \
-        "layer-tp2-ub.nvidia_fp8_tp2"
+    # current scaling, with every batch host-ahead now: the tuned combination ties NVIDIA's FP8 preset on
+    # the block (the run before the pre-roll fix, whose qkv/proj figures were host time, picked the preset)
+    layer = json.loads((FP8_CURRENT / "decisions.json").read_text())["meta"]["layer"]["2"]
+    nv = next(r for r in layer["settings"] if r["variant"] == "ub.nvidia_fp8_tp2")
+    assert layer["winner"] == "layer-tp2-ub.tuned_tp2" and nv["tuned_vs"]["ratio"]["lo"] < 1 < nv["tuned_vs"]["ratio"]["hi"]
+
+
+def test_host_bound_retries_get_the_host_ahead():
+    """FP8 current scaling at TP 2: qkv/proj launch for longer than the GPU runs them. Before the retry
+    shortened the pre-roll, none of their batches got the host ahead; now every batch does, those that
+    needed it on a second attempt with a quarter of the pre-roll (60 -> 15 iterations)."""
+    seen = set()
+    for rj in (FP8_CURRENT / "sessions").glob("*/tp2/point/*/run.json"):
+        r = json.loads(rj.read_text())
+        assert r["host"]["host_ahead"] is True, r["case"]
+        for b in r["host"]["batches"]:
+            assert b["check"] == "lead"
+            seen.add((r["op"], b["attempts"], b["preroll"]))
+    assert ("qkv", 2, 15) in seen and ("proj", 2, 15) in seen
+    assert all(a == 1 for op, a, _ in seen if op in ("fc1", "fc2"))
 
 
 def test_block_numerics_floor_figures():
@@ -248,16 +271,99 @@ def test_block_numerics_floor_figures():
 
 
 def test_report_says_which_op_figures_are_not_gpu_time(tmp_path):
-    """FP8 current scaling: no qkv or proj batch got the host ahead; the report rendered by this checkout
-    says so per op, and names no such op where every batch did (the bf16 rep3)."""
+    """A run whose qkv/proj batches never got the host ahead (the FP8 current-scaling run as it was before
+    the pre-roll fix: its qkv and proj run.json files marked so) gets a per-op note in the report rendered
+    by this checkout; a run where every batch did (the bf16 rep3, the FP8 run as measured) gets none."""
     import shutil
 
     from tptune.rederive import rederive
 
-    for src, want in ((FP8_CURRENT, {"qkv", "proj"}), (STABILITY_V2 / "rep3", set())):
-        run = tmp_path / src.name
+    for src, want in ((FP8_CURRENT, {"qkv", "proj"}), (STABILITY_V2 / "rep3", set()), (FP8_CURRENT, set())):
+        run = tmp_path / f"{src.name}-{len(want)}"
         shutil.copytree(src, run)
+        for rj in (run / "sessions").glob("*/tp2/point/*/run.json"):
+            r = json.loads(rj.read_text())
+            if r["op"] in want:
+                r["host"]["host_ahead"] = False
+                for b in r["host"]["batches"]:
+                    b.update(host_ahead=False, check="failed")
+                rj.write_text(json.dumps(r))
         rederive(_settings(run), run)
         text = (run / "report.md").read_text()
         got = {op for op in ("qkv", "proj", "fc1", "fc2") if f"**{op}: not GPU time" in text}
         assert got == want
+
+
+def test_knob_runs_emit_the_reduce_scatter_dgrad_and_beat_nvidia_on_the_block():
+    """The knob search with the column ops' reduce-scatter dgrad (issue 12), twice on one lease: both runs
+    emit the same file (every GEMM a copy-engine ring exchange, qkv/fc1 dgrad reduce-scatters, no wgrad
+    overlap) with Megatron's tp_comm_overlap_rs_dgrad on and bulk off; on the block the tuned file is
+    faster than NVIDIA's TP=2 preset beyond the margin in the first run ([0.966, 0.978] of its time:
+    >= 1.02x) and by 2.2% (0.978, interval reaching 0.986) in the second; every block passed numerics."""
+    files = []
+    for run in (KNOBS, KNOBS_REP2):
+        cfg = yaml.safe_load((run / "tp_comm_overlap_cfg.yaml").read_text())
+        files.append(cfg)
+        assert "qkv_wgrad" not in cfg and "fc1_wgrad" not in cfg
+        assert {e["method"] for e in cfg.values()} == {"ring_exchange"} and all(e["use_ce"] for e in cfg.values())
+        sw = yaml.safe_load((run / "transformer_config_overrides.yaml").read_text())
+        assert sw["tp_comm_overlap_rs_dgrad"] is True and sw["tp_comm_bulk_dgrad"] is sw["tp_comm_bulk_wgrad"] is False
+        assert "--tp-comm-overlap-rs-dgrad" in (run / "megatron_flags.txt").read_text()
+        layer = json.loads((run / "decisions.json").read_text())["meta"]["layer"]["2"]
+        assert layer["winner"] == "layer-tp2-ub.tuned_tp2"
+        rows = {r["variant"]: r for r in layer["settings"]}
+        assert all(r["correct"] for r in rows.values())
+        nv = rows["ub.nvidia_bf16_tp2"]["tuned_vs"]["ratio"]
+        assert nv["ratio"] < 0.98 and nv["hi"] < 0.99
+    assert files[0] == files[1]
+    first = json.loads((KNOBS / "decisions.json").read_text())["meta"]["layer"]["2"]
+    assert next(r for r in first["settings"] if r["variant"] == "ub.nvidia_bf16_tp2")["tuned_vs"]["ratio"]["hi"] < 0.98
+
+
+def _verify_ratio(folder, op, a, b):
+    from tptune.search.noise import compare_points
+    from tptune.workflow import read_session
+
+    _, runs = read_session(RS_DGRAD / folder / "sessions" / op / "tp2", ".")
+    return compare_points(runs[f"{op}-tp2-{a}"], runs[f"{op}-tp2-{b}"], floor=0.02, tie="b").ratio
+
+
+def test_rs_dgrad_experiment_and_the_emitted_file_checked_by_verify():
+    """tptune verify on x2: (experiment) the earlier tuned file with qkv/fc1 dgrad as ring-exchange
+    reduce-scatters passes numerics bit-for-bit and makes qkv 4.6% faster; as pipelined reduce-scatters
+    it fails the numerics check on the ops and on the block (so the search offers ring_exchange only).
+    (emitted) the knob run's file against NVIDIA's preset, a session of its own: block 0.979 [0.971, 0.988]."""
+    exp = json.loads((RS_DGRAD / "experiment" / "verify.json").read_text())
+    num = {r["setting"]: r["numerics"] for r in exp["block"]["rows"]}
+    assert num["ub.user2"] is True and num["ub.user3"] is False
+    for op in ("qkv", "fc1"):
+        rows = {r["setting"]: r for r in exp["ops"][op]["rows"]}
+        assert rows["ub.user2"]["numerics"] is True and rows["ub.user3"]["numerics"] is False
+    assert _verify_ratio("experiment", "qkv", "ub.user2", "ub.user1").hi < 0.98
+    blk = _verify_ratio("emitted", "layer", "ub.user1", "ub.nvidia_bf16_tp2")
+    assert blk.ratio < 0.98 and blk.hi < 0.99
+    for op in ("qkv", "fc1"):     # no longer slower than NVIDIA's preset: ties
+        r = _verify_ratio("emitted", op, "ub.user1", "ub.nvidia_bf16_tp2")
+        assert r.lo < 1.0 and r.hi <= 1.01
+    for op in ("proj", "fc2"):
+        assert _verify_ratio("emitted", op, "ub.user1", "ub.nvidia_bf16_tp2").hi < 0.96
+
+
+def test_noise_with_clocks_no_overlap_stays_within_the_target_and_ub_te_steps():
+    """benchmarks/measure_noise.py with NVML clocks: every GPU-timed batch has its SM clock and ran under
+    the power cap; no overlap spreads <= 2.5% over 7 calls on every op, ub.te's qkv 17.9% with
+    level steps inside single batches, not explained by the clock (its cycles spread as much)."""
+    d = json.loads((ROOT / "results" / "noise-x2" / "noise-clock.json").read_text())
+    assert d["against"] == "none"
+    spread = lambda xs: max(xs) / min(xs) - 1
+    for op in ("qkv", "proj", "fc1", "fc2"):
+        none = d["calls"][f"{op}/gpu:none"]
+        assert len(none) == 7 and spread([r["ms"] for r in none]) <= 0.025
+        for r in d["calls"][f"{op}/gpu"] + none:
+            clock = r["batches"][0]["clock"]
+            assert r["sm_mhz"] and "sw_power_cap" in clock["reasons"] and r["batches"][0]["check"] == "lead"
+    qkv = d["calls"]["qkv/gpu"]
+    assert spread([r["ms"] for r in qkv]) > 0.15
+    assert spread([r["ms"] * r["sm_mhz"] for r in qkv]) >= spread([r["ms"] for r in qkv])
+    worst = max(qkv, key=lambda r: r["ms"])["iterations_ms"]
+    assert worst[-1] / worst[0] > 1.05          # a step inside one batch
