@@ -36,7 +36,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", action="append", default=[], help="run config(s) merged over config/config.yaml")
     ap.add_argument("--tp", type=int, help="TP size (default: the config's smallest)")
-    ap.add_argument("--variant", default=None, help="setting to measure (default ub.te on te, none on torch)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="setting to measure (default ub.te on te, none on torch); OP=VARIANT sets one op's "
+                         "(repeatable), e.g. --variant qkv=ub.te+dgrad.ring --variant proj=ub.te+fprop.ring")
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--iters", type=int, default=None, help="timed iterations per call (default: the config's)")
     ap.add_argument("--against", default=None,
@@ -46,20 +48,26 @@ def main(argv=None) -> int:
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
     s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
     tp = a.tp or s.tp_sizes[0]
-    variant = a.variant or ("ub.te" if s.backend == "te" else "none")
+    default = next((v for v in a.variant if "=" not in v), "ub.te" if s.backend == "te" else "none")
+    per_op = dict(v.split("=", 1) for v in a.variant if "=" in v)
+    bad = set(per_op) - set(s.ops)
+    if bad:
+        ap.error(f"--variant: unknown op(s) {sorted(bad)} (expected {', '.join(s.ops)})")
+    variants = {op: per_op.get(op, default) for op in s.ops}
+    variant = default if not per_op else ", ".join(f"{op}={v}" for op, v in variants.items())
     against = "none" if a.against is None else a.against
-    against = against if against and against != variant else None
+    against = against or None
     launcher = Launcher(s.launcher_settings())
     rows: dict[tuple[str, str], list[dict]] = {}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tptune-noise-") as tmp:
         for call in range(a.calls):
             for op in s.ops:
-                runs = [(variant, m) for m in (MODES if call % 2 == 0 else MODES[::-1])]
-                if against:
+                runs = [(variants[op], m) for m in (MODES if call % 2 == 0 else MODES[::-1])]
+                if against and against != variants[op]:
                     runs.append((against, "gpu"))
-                for v, mode in runs:
-                    key = mode if v == variant else f"{mode}:{v}"
+                for k, (v, mode) in enumerate(runs):
+                    key = f"{mode}:{v}" if k >= 2 else mode
                     case = make_case(op, tp, v)
                     op_settings = dict(s.op_settings(op))
                     timing = dict(op_settings["timing"], mode=mode, min_rounds=1, max_rounds=1, profile_steps=0)
@@ -111,7 +119,7 @@ def main(argv=None) -> int:
                   f"{'–' if cyc_spread is None else f'{cyc_spread:.1%}':>13}")
     for row in summary:
         if "ratio_median" in row:
-            print(f"{row['op']:5} {variant} / {against} per call: median {row['ratio_median']:.3f}, "
+            print(f"{row['op']:5} {variants[row['op']]} / {against} per call: median {row['ratio_median']:.3f}, "
                   f"spread {row['ratio_spread']:.1%} over {row['calls']} calls")
     for mode, name in (("gpu", variant), (f"gpu:{against}", against)):
         gpu = [r for r in summary if r["mode"] == mode and r["median_ms"] >= 1.0]
