@@ -367,3 +367,15 @@ def test_noise_with_clocks_no_overlap_stays_within_the_target_and_ub_te_steps():
     assert spread([r["ms"] * r["sm_mhz"] for r in qkv]) >= spread([r["ms"] for r in qkv])
     worst = max(qkv, key=lambda r: r["ms"])["iterations_ms"]
     assert worst[-1] / worst[0] > 1.05          # a step inside one batch
+
+
+def test_noise_with_the_emitted_settings_steps_on_qkv_too():
+    """The same benchmark with the knob run's emitted settings per op (a later lease): qkv steps between
+    levels with the tuned setting as with ub.te, and no overlap stepped once inside a batch too."""
+    d = json.loads((ROOT / "results" / "noise-x2" / "noise-tuned.json").read_text())
+    assert d["variant"].startswith("qkv=ub.te+dgrad.ring")
+    spread = lambda xs: max(xs) / min(xs) - 1
+    assert spread([r["ms"] for r in d["calls"]["qkv/gpu"]]) > 0.10
+    steps = [r["iterations_ms"] for r in d["calls"]["qkv/gpu:none"]]
+    assert any(max(it) / min(it) > 1.04 for it in steps)
+    assert all(r["batches"][0]["check"] == "lead" for k in d["calls"] if "/gpu" in k for r in d["calls"][k])
