@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=None, help="timed iterations per call (default: the config's)")
     ap.add_argument("--against", default=None,
                     help="second setting timed in every call for the per-call ratio (default none; '' for no ratio)")
+    ap.add_argument("--preroll-ms", type=float, default=None,
+                    help="GPU: untimed pre-roll of the op's own work before each batch (default: the config's)")
     ap.add_argument("--json", help="write every call's figures here")
     a = ap.parse_args(argv)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
@@ -73,6 +75,8 @@ def main(argv=None) -> int:
                     timing = dict(op_settings["timing"], mode=mode, min_rounds=1, max_rounds=1, profile_steps=0)
                     if a.iters:
                         timing["iters"] = a.iters
+                    if a.preroll_ms is not None:
+                        timing["preroll_ms"] = a.preroll_ms
                     op_settings.update(timing=timing, check=False)
                     out = Path(tmp) / f"{op}-{key.replace(':', '-')}-{call}"
                     run = launcher.profile(case, s.model, out, op_settings)

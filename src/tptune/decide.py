@@ -113,6 +113,21 @@ def bound_faults(points: dict[str, dict], floor: float) -> list[dict]:
     return faults
 
 
+STEP_FACTOR = 2.0   # a batch whose iterations spread by more than STEP_FACTOR x the margin stepped
+
+
+def batch_step(point: dict) -> float | None:
+    """The largest spread (max/min - 1) of one round's timed iterations: a GPU time that moves between
+    levels inside one batch (seen on x2 for qkv: 3.46 -> 3.82 ms within ten iterations) rather than
+    from round to round. Rounds are the consecutive runs of the samples, one batch each."""
+    tot = (point.get("timing") or {}).get("total_ms") or {}
+    samples, n = tot.get("samples") or [], len(tot.get("rounds") or [])
+    if not samples or not n or len(samples) % n:
+        return None
+    k = len(samples) // n
+    return max(max(b) / min(b) - 1 for b in (samples[i:i + k] for i in range(0, len(samples), k)) if min(b) > 0)
+
+
 def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
     """The evidence of one (op, TP), all from one side-by-side session: the references, each search's
     winner and the tuned combinations; the best setting; the bound check; host-bound flags."""
@@ -126,6 +141,8 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
         raise TptuneError(f"{op} TP={tp}: the TP point would measure {', '.join(missing)}, which the recorded "
                           "session did not; re-measure this run")
     pts = {cid: slim(p) for cid, p in runs.items()}
+    stepped = sorted(c for c, p in runs.items() if p["status"] == "ok"
+                     and (batch_step(p) or 0.0) > STEP_FACTOR * floor)
     refs = {parse_case_id(c).variant_id: pts[c] for c in pts
             if parse_case_id(c).variant.kind in REFERENCE_KINDS or "+" not in parse_case_id(c).variant_id}
     contenders = point_contenders(members)
@@ -144,7 +161,7 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
             "fastest_overlapped": fastest, "tuned_cases": [c.id for c in tuned], "references": refs,
             "candidates": overlapped, "comparisons": comparisons, "verdict": verdict, "verdict_reason": reason,
             "bound_faults": bound_faults(pts, floor), "host_bound": host_bound, "host_behind": host_behind,
-            "canary": sess.get("canary"),
+            "stepped": stepped, "canary": sess.get("canary"),
             "searches": {r["dim"]: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
                                     "measured": r["measured"],
                                     **{k: r[k] for k in ("reference", "cost", "changes") if k in r}}
@@ -478,12 +495,13 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict
             mhz = [c["sm_mhz"] for c in cs]
             clocks[case] = {"sm_mhz_min": min(mhz), "sm_mhz_max": max(mhz), "sm_mhz_drift": drift(mhz),
                             "cycles_drift": drift([c["ms"] * c["sm_mhz"] for c in cs])}
-    faults, host_bound, behind = [], set(), set()
+    faults, host_bound, behind, stepped = [], set(), set(), set()
     for op, pts in points_by_op.items():
         for tp, p in pts.items():
             faults += p.get("bound_faults") or []
             host_bound.update(p.get("host_bound") or [])
             behind.update(p.get("host_behind") or [])
+            stepped.update(p.get("stepped") or [])
     noisy = worst is not None and worst > floor
     warning = None
     if noisy:
@@ -495,7 +513,7 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict
         warning = (warning + " " if warning else "") + f"{len(faults)} bound fault(s): see below."
     return {"canary": canaries, "canary_drift": drifts, "canary_clock": clocks, "worst_drift": worst, "noisy": noisy,
             "warning": warning, "bound_faults": faults, "host_bound": sorted(host_bound),
-            "host_behind": sorted(behind)}
+            "host_behind": sorted(behind), "stepped": sorted(stepped), "step_limit": STEP_FACTOR * floor}
 
 
 def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -> None:

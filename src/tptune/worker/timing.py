@@ -201,12 +201,13 @@ def retry_plan(sleep_ms: float, preroll: int, enqueue_ms: float, host_ms: float,
     return max(sleep_ms * 2, enqueue_ms * SAFETY + SLACK_MS, needed_sleep_ms(host_ms, gpu_ms, iters, preroll)), preroll
 
 
-def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS) -> dict:
+def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_ms: float = PREROLL_MS) -> dict:
     """CUDA: GPU time of ``iters`` iterations enqueued while the GPU is held (module doc)."""
     cpms = cycles_per_ms(ctx.device)
     host_probe, gpu_probe = host_launch_ms(bench, ctx)
     agreed, gpu_agreed = _allreduce_host([host_probe, gpu_probe], ctx.cpu_group, dist.ReduceOp.MAX)
-    preroll = int(min(PREROLL_MAX, max(PREROLL_MIN, -(-PREROLL_MS // max(gpu_agreed, 1e-3)))))
+    preroll_max = max(PREROLL_MAX, int(PREROLL_MAX * preroll_ms / PREROLL_MS)) if PREROLL_MS else PREROLL_MAX
+    preroll = int(min(preroll_max, max(PREROLL_MIN, -(-preroll_ms // max(gpu_agreed, 1e-3)))))
     sleep_ms = needed_sleep_ms(agreed, gpu_agreed, iters, preroll)
     align = torch.zeros(1, device=ctx.device)
     attempts = []
@@ -260,8 +261,9 @@ def event_batch(bench, ctx, iters: int) -> dict:
     return {"samples": _split(marks, lambda a, b: a.elapsed_time(b)), "host_ms": host, "timing": "events"}
 
 
-def timed_batch(bench, ctx, iters: int, mode: str = "gpu") -> dict:
+def timed_batch(bench, ctx, iters: int, mode: str = "gpu", preroll_ms: float = PREROLL_MS) -> dict:
     """mode "gpu": host-ahead GPU time (CUDA) / wall clock (CPU); "events": per-iteration events."""
     if not ctx.is_cuda:
         return wall_batch(bench, iters)
-    return event_batch(bench, ctx, iters) if mode == "events" else gpu_batch(bench, ctx, iters)
+    return event_batch(bench, ctx, iters) if mode == "events" else gpu_batch(bench, ctx, iters,
+                                                                              preroll_ms=preroll_ms)
