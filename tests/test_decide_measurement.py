@@ -269,3 +269,20 @@ def test_summary_has_no_clock_without_two_clocked_canaries(tmp_path):
     _session(tmp_path, "qkv", "point", {"case": "fc1-tp2-ub.te", "t": 1.0, "ms": 10.0, "sm_mhz": 1980})
     _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.1})
     assert measurement_summary(tmp_path, {"qkv": {2: _point()}}, FLOOR)["canary_clock"] == {}
+
+
+def test_batch_step_finds_a_level_change_inside_one_round():
+    from tptune.decide import batch_step
+    flat = [10.0, 10.05, 9.98, 10.02] * 2                      # two rounds of four iterations
+    stepped = [10.0, 10.0, 10.0, 10.0] + [10.0, 10.0, 11.5, 11.6]
+    p = lambda s: {"timing": {"total_ms": {"samples": s, "rounds": [0, 0]}}}
+    assert batch_step(p(flat)) == pytest.approx(10.05 / 9.98 - 1)
+    assert batch_step(p(stepped)) == pytest.approx(0.16)
+    assert batch_step({"timing": {"total_ms": {"samples": [1.0, 2.0, 3.0], "rounds": [0, 0]}}}) is None
+    assert batch_step({}) is None
+
+
+def test_summary_lists_the_settings_that_stepped(tmp_path):
+    by_op = {"qkv": {2: {**_point(), "stepped": ["qkv-tp2-ub.te"]}}, "fc1": {2: {**_point(), "stepped": ["fc1-tp2-none"]}}}
+    s = measurement_summary(tmp_path, by_op, FLOOR)
+    assert s["stepped"] == ["fc1-tp2-none", "qkv-tp2-ub.te"] and s["step_limit"] == pytest.approx(0.04)

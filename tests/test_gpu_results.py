@@ -379,3 +379,26 @@ def test_noise_with_the_emitted_settings_steps_on_qkv_too():
     steps = [r["iterations_ms"] for r in d["calls"]["qkv/gpu:none"]]
     assert any(max(it) / min(it) > 1.04 for it in steps)
     assert all(r["batches"][0]["check"] == "lead" for k in d["calls"] if "/gpu" in k for r in d["calls"][k])
+
+
+def test_recorded_steps_are_listed_and_a_longer_preroll_damps_them(tmp_path):
+    """fc1 with no overlap in the knob run stepped up in the second half of every batch (power cap after
+    ~250 ms of load): the rederived decisions list it; measure_noise with 1500 ms of pre-roll against
+    150 ms, same lease: fc1 no overlap's worst within-batch step and ub.te qkv's call-to-call spread shrink."""
+    import shutil
+
+    from tptune.rederive import rederive
+
+    run = tmp_path / KNOBS.name
+    shutil.copytree(KNOBS, run)
+    rederive(_settings(run), run)
+    m = json.loads((run / "decisions.json").read_text())["meta"]["measurement"]
+    assert "fc1-tp2-none" in m["stepped"] and "proj-tp2-none" not in m["stepped"]
+    assert "inside one batch" in (run / "report.md").read_text()
+    noise = {p: json.loads((ROOT / "results" / "noise-x2" / f"noise-preroll{p}.json").read_text()) for p in (150, 1500)}
+    step = {p: max(max(r["iterations_ms"]) / min(r["iterations_ms"]) - 1 for r in d["calls"]["fc1/gpu:none"])
+            for p, d in noise.items()}
+    spread = {p: max(r["ms"] for r in d["calls"]["qkv/gpu"]) / min(r["ms"] for r in d["calls"]["qkv/gpu"]) - 1
+              for p, d in noise.items()}
+    assert step[1500] < step[150] and spread[1500] < spread[150]
+    assert noise[1500]["calls"]["fc1/gpu"][0]["batches"][0]["preroll"] > 5 * noise[150]["calls"]["fc1/gpu"][0]["batches"][0]["preroll"]
