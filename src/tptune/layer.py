@@ -54,13 +54,13 @@ def _megatron_expressible(cfgs: dict) -> bool:
 
 def _dgrad_mode(case_id: str, wl: str) -> str | None:
     """"bulk" or "rs_dgrad" for a userbuffers setting of a column op, else None."""
-    from .search.megatron_flags import _op_mode
+    from .search.megatron_flags import op_mode
     from .search.ubcfg import case_ub_cfgs, op_entries
 
     c = parse_case_id(case_id)
     if c.variant.kind != "ub" or c.op not in COLUMN_OPS:
         return None
-    return _op_mode(c.op, op_entries(case_ub_cfgs(c, workload=wl), c.op))
+    return op_mode(c.op, op_entries(case_ub_cfgs(c, workload=wl), c.op))
 
 
 def _per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> list[tuple]:
@@ -70,21 +70,20 @@ def _per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> li
     from .decide import _ub_cfgs_at
 
     wl = s.model.workload.ub_rules
+    modes = {op: {cid: _dgrad_mode(cid, wl) for cid in pts[tp]["candidates"]}
+             for op, pts in by_op.items() if op in COLUMN_OPS and tp in pts}
     out = []
     for mode in ("bulk", "rs_dgrad"):
-        sub, est = {}, 0.0
-        for op, pts in by_op.items():
-            p = pts.get(tp)
-            if op not in COLUMN_OPS or p is None:
-                sub[op] = pts
-                continue
-            cands = {cid: q for cid, q in p["candidates"].items() if _dgrad_mode(cid, wl) in (mode, None)}
-            in_mode = [q for cid, q in cands.items() if _dgrad_mode(cid, wl) == mode
-                       and point_median(q) != float("inf")]
+        sub, est = dict(by_op), 0.0
+        for op, of in modes.items():
+            p = by_op[op][tp]
+            cands = {cid: q for cid, q in p["candidates"].items() if of[cid] in (mode, None)}
+            in_mode = [point_median(q) for cid, q in cands.items() if of[cid] == mode]
+            in_mode = [m for m in in_mode if m != float("inf")]
             if not in_mode:
                 break
-            est += min(point_median(q) for q in in_mode)
-            sub[op] = {**pts, tp: {**p, "candidates": cands}}
+            est += min(in_mode)
+            sub[op] = {**by_op[op], tp: {**p, "candidates": cands}}
         else:
             cfgs, notes = _ub_cfgs_at(s, sub, tp, floor, fastest=fastest)
             if _megatron_expressible(cfgs):
@@ -110,7 +109,7 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> t
         fast, fast_notes = _ub_cfgs_at(s, by_op, tp, floor, fastest=True)
         d = presets_dir(run_dir)
         d.mkdir(parents=True, exist_ok=True)
-        other = None
+        other = None       # (mode, ub_cfgs, notes) of the other dgrad mode's combination
         if not _megatron_expressible(cfgs):
             # qkv and fc1 chose different dgrad modes, which one Megatron switch cannot give: the block
             # measures the per-op choices within each mode, the likelier one (by the ops' estimates) as tuned
@@ -119,11 +118,9 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> t
             notes = [f"qkv and fc1 chose different dgrad modes (tp_comm_overlap_rs_dgrad is one switch): "
                      f"this is the {mode} combination"] + notes
             if rest:
-                _, omode, ocfgs, onotes = rest[0]
-                other = (omode, ocfgs, onotes)
-        if not _megatron_expressible(fast):
-            fast, fast_notes = next(((c, n) for _, m, c, n in _per_mode_combos(s, by_op, tp, floor, fastest=True)
-                                     if _megatron_expressible(c)), (cfgs, notes))
+                other = rest[0][1:]
+        if not _megatron_expressible(fast):   # every combination _per_mode_combos returns is
+            _, _, fast, fast_notes = _per_mode_combos(s, by_op, tp, floor, fastest=True)[0]
         _write_preset(d, tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:")
         presets = s.config["search"].get("te_presets", [])
         variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
@@ -132,7 +129,7 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> t
             _write_preset(d, other_mode_preset(tp), ocfgs, onotes,
                           f"tuned combination at TP={tp} with every column op's dgrad {omode}, per op:")
             variants.append(f"ub.{other_mode_preset(tp)}")
-        if fast != cfgs and fast != (other or (None, None))[1]:
+        if fast != cfgs and (other is None or fast != other[1]):
             _write_preset(d, fastest_preset(tp), fast, fast_notes,
                           f"fastest combination at TP={tp} (each op's fastest userbuffers setting by estimate):")
             variants.append(f"ub.{fastest_preset(tp)}")

@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 
 from ..ops import COLUMN_OPS, OPS, ROW_OPS, TE_GEMMS
-from .ubcfg import is_rs_dgrad, validate_ub_cfgs
+from .ubcfg import compose_ub_cfgs, is_rs_dgrad
 
 MEGATRON_CORE = "core_v0.19.0 (NVIDIA/Megatron-LM@5be9626709af2722333bf54797c954c09edeada3)"
 # ModelParallelConfig's TP-overlap fields at that commit, with their defaults.
@@ -45,7 +45,7 @@ NONE = "none"
 OVERRIDES_FILE = "transformer_config_overrides.yaml"   # written beside the flags (decide)
 
 
-def _op_mode(op: str, setting) -> str:
+def op_mode(op: str, setting) -> str:
     """"none", "ub" (row op), "bulk" or "rs_dgrad" (column op: how its dgrad overlaps)."""
     if setting == NONE or setting is None:
         return NONE
@@ -65,7 +65,7 @@ def switches_for(decision: dict) -> dict[str, bool]:
     unknown = set(decision) - set(OPS)
     if unknown or set(OPS) - set(decision):
         raise ValueError(f"decision: expected one entry for each of {', '.join(OPS)}, got {sorted(decision)}")
-    mode = {op: _op_mode(op, decision[op]) for op in OPS}
+    mode = {op: op_mode(op, decision[op]) for op in OPS}
     sw = dict(MEGATRON_FIELDS)
     if all(m == NONE for m in mode.values()):
         return sw                                   # tp_comm_overlap off: plain NCCL everywhere
@@ -119,22 +119,15 @@ def op_switches(op: str, ub_cfgs: dict) -> dict[str, bool]:
 
     sw = dict(MEGATRON_FIELDS, tp_comm_overlap=True)
     if op in COLUMN_OPS:
-        sw["tp_comm_overlap_rs_dgrad"] = _op_mode(op, op_entries(ub_cfgs, op)) == "rs_dgrad"
+        sw["tp_comm_overlap_rs_dgrad"] = op_mode(op, op_entries(ub_cfgs, op)) == "rs_dgrad"
     return sw
 
 
 def overlap_cfgs(decision: dict, base: dict, *, workload: str = "bf16") -> dict[str, dict]:
     """The ub_cfgs for ``--tp-comm-overlap-cfg``: each overlapping op's own entries over ``base``;
     a column op with a reduce-scatter dgrad drops its wgrad entry (TE refuses one then)."""
-    cfgs = {k: dict(v) for k, v in base.items()}
-    for op, setting in decision.items():
-        if setting == NONE or setting is None:
-            continue
-        cfgs.update((k, dict(v)) for k, v in setting.items() if k.split("_", 1)[0] == op)
-    for op in COLUMN_OPS:
-        if is_rs_dgrad(f"{op}_dgrad", cfgs.get(f"{op}_dgrad", {}).get("method")):
-            cfgs.pop(f"{op}_wgrad", None)
-    validate_ub_cfgs(cfgs, source="overlap cfg", workload=workload)
+    cfgs = compose_ub_cfgs({op: s for op, s in decision.items() if s != NONE and s is not None}, base,
+                           workload=workload, source="overlap cfg")
     return {k: cfgs[k] for k in TE_GEMMS if k in cfgs}
 
 

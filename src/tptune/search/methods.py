@@ -147,7 +147,8 @@ _AG_RING = ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")   # all-gather 
 
 def knob_config(config: dict | None = None) -> dict:
     """The ``knobs`` config section over KNOB_DEFAULTS, checked (ValueError naming the key)."""
-    from .ubcfg import KNOB_RANGES as R
+    from .ubcfg import KNOB_RANGES
+    R = {**KNOB_RANGES, "rs_dgrad": (0, 1)}   # rs_dgrad is not a TE knob: 0 bulk, 1 reduce-scatter dgrad
     cfg = {**KNOB_DEFAULTS, **(config or {})}
     unknown = set(cfg) - set(KNOB_DEFAULTS)
     if unknown:
@@ -155,12 +156,8 @@ def knob_config(config: dict | None = None) -> dict:
     bad = [g for g in cfg["groups"] if g not in GROUP_KNOBS]
     if bad:
         raise ValueError(f"knobs.groups: unknown group(s) {bad} (expected {', '.join(GROUP_KNOBS)})")
-    if not isinstance(cfg["rs_dgrad"], (list, tuple)) or not cfg["rs_dgrad"] or any(
-            v not in (0, 1) or isinstance(v, bool) for v in cfg["rs_dgrad"]):
-        raise ValueError(f"knobs.rs_dgrad: expected a non-empty list of 0 (bulk) and/or 1 (reduce-scatter "
-                         f"dgrad), got {cfg['rs_dgrad']!r}")
     for k in GROUP_KNOBS:
-        if k in ("method", "priority", "rs_dgrad"):
+        if k in ("method", "priority"):
             continue
         vals = cfg[k]
         if not isinstance(vals, (list, tuple)) or not vals or any(

@@ -322,16 +322,18 @@ def _as_ints(entry: dict) -> dict:
     return {k: int(v) if k in BOOL_KNOBS and isinstance(v, bool) else v for k, v in entry.items()}
 
 
-def compose_ub_cfgs(per_op: dict[str, dict], base: dict | None = None, *, workload: str = "bf16") -> dict[str, dict]:
+def compose_ub_cfgs(per_op: dict[str, dict], base: dict | None = None, *, workload: str = "bf16",
+                    source: str = "composed ub_cfgs") -> dict[str, dict]:
     """One ten-GEMM ub_cfgs from per-op choices: op X's GEMMs ("X_*") come from ``per_op[X]``
     (a full or partial ub_cfgs, e.g. the winning case's), the rest from ``base`` (TE's defaults)."""
     cfgs = {k: dict(v) for k, v in (base or te_default_ub_cfgs()).items()}
+    given = set()
     for op, op_cfgs in per_op.items():
         own = {k: v for k, v in op_cfgs.items() if k.split("_", 1)[0] == op}
         if not own:
             raise ValueError(f"compose_ub_cfgs: no {op}_* entries in the config given for {op}")
         cfgs.update((k, dict(v)) for k, v in own.items())
-        if op in COLUMN_OPS and f"{op}_wgrad" not in own:
-            cfgs.pop(f"{op}_wgrad", None)   # its dgrad is a reduce-scatter (TE drops the wgrad overlap)
-    validate_ub_cfgs(cfgs, source="composed ub_cfgs", workload=workload)
+        given.update(own)
+    _drop_default_wgrads(cfgs, given)
+    validate_ub_cfgs(cfgs, source=source, workload=workload)
     return cfgs

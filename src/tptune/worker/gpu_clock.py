@@ -102,17 +102,20 @@ def summarize(samples: list[tuple[int, int, float, int]]) -> dict | None:
             "reasons": reason_names(mask), "samples": len(samples)}
 
 
+def _span(recs: list[dict]) -> dict:
+    """What clock records share when merged: the SM clock's range, the hottest C, every reason."""
+    return {"sm_mhz_min": min(r["sm_mhz_min"] for r in recs), "sm_mhz_max": max(r["sm_mhz_max"] for r in recs),
+            "temp_c": max(r["temp_c"] for r in recs), "reasons": sorted({n for r in recs for n in r["reasons"]})}
+
+
 def merge_ranks(records: list[dict | None]) -> dict | None:
     """The clock of a batch over its ranks: the slowest rank's SM clock (a collective waits for it),
     the hottest temperature, the highest power, every reason any rank gave."""
     recs = [r for r in records if r]
     if not recs:
         return None
-    slow = min(recs, key=lambda r: r["sm_mhz"])
-    return {"sm_mhz": slow["sm_mhz"], "sm_mhz_min": min(r["sm_mhz_min"] for r in recs),
-            "sm_mhz_max": max(r["sm_mhz_max"] for r in recs), "temp_c": max(r["temp_c"] for r in recs),
-            "power_w": max(r["power_w"] for r in recs),
-            "reasons": sorted({n for r in recs for n in r["reasons"]}), "samples": min(r["samples"] for r in recs)}
+    return {"sm_mhz": min(r["sm_mhz"] for r in recs), **_span(recs), "power_w": max(r["power_w"] for r in recs),
+            "samples": min(r["samples"] for r in recs)}
 
 
 def clock_over_rounds(records: list[dict | None]) -> dict | None:
@@ -120,6 +123,4 @@ def clock_over_rounds(records: list[dict | None]) -> dict | None:
     recs = [r for r in records if r]
     if not recs:
         return None
-    return {"sm_mhz": statistics.median(r["sm_mhz"] for r in recs), "sm_mhz_min": min(r["sm_mhz_min"] for r in recs),
-            "sm_mhz_max": max(r["sm_mhz_max"] for r in recs), "temp_c": max(r["temp_c"] for r in recs),
-            "reasons": sorted({n for r in recs for n in r["reasons"]}), "rounds": len(recs)}
+    return {"sm_mhz": statistics.median(r["sm_mhz"] for r in recs), **_span(recs), "rounds": len(recs)}

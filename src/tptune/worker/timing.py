@@ -90,9 +90,9 @@ def _clock(device: torch.device):
 def _sample_clock_until(clock, first, last) -> dict | None:
     """While the GPU runs the timed iterations (``first`` event done, ``last`` not yet), sample its
     clock; the host has nothing else to do then, so the sampling costs the timing nothing."""
-    samples = []
     if clock is None:
         return None
+    samples = []
     while not last.query():
         if first.query():
             s = clock.sample()
@@ -206,7 +206,7 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_
     cpms = cycles_per_ms(ctx.device)
     host_probe, gpu_probe = host_launch_ms(bench, ctx)
     agreed, gpu_agreed = _allreduce_host([host_probe, gpu_probe], ctx.cpu_group, dist.ReduceOp.MAX)
-    preroll_max = max(PREROLL_MAX, int(PREROLL_MAX * preroll_ms / PREROLL_MS)) if PREROLL_MS else PREROLL_MAX
+    preroll_max = max(PREROLL_MAX, int(PREROLL_MAX * preroll_ms / PREROLL_MS))   # scales with a longer pre-roll
     preroll = int(min(preroll_max, max(PREROLL_MIN, -(-preroll_ms // max(gpu_agreed, 1e-3)))))
     sleep_ms = needed_sleep_ms(agreed, gpu_agreed, iters, preroll)
     align = torch.zeros(1, device=ctx.device)
