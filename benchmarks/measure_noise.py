@@ -32,6 +32,33 @@ ROOT = Path(__file__).resolve().parents[1]
 MODES = ("gpu", "events")
 
 
+STEP = 0.04   # a call whose timed iterations spread by more than this stepped inside its batch
+
+
+def call_cycles(r: dict) -> float:
+    """A call's median of time x SM clock, per iteration where the batch has its per-iteration clock."""
+    its, mhz = r.get("iterations_ms") or [], r.get("iter_mhz")
+    if mhz and len(mhz) == len(its):
+        return statistics.median(t * c for t, c in zip(its, mhz))
+    return r["ms"] * r["sm_mhz"]
+
+
+def print_steps(rows: dict) -> None:
+    """Every call whose iterations stepped inside the batch, with the per-iteration SM clock beside the
+    time: a step the clock follows (time up, clock down by about as much) is the card's power
+    management; one it does not follow is the setting's own."""
+    for (op, mode), rs in rows.items():
+        for r in rs:
+            its, mhz = r.get("iterations_ms") or [], r.get("iter_mhz")
+            if not its or max(its) / min(its) - 1 <= STEP or not mhz or len(mhz) != len(its):
+                continue
+            lo, hi = its.index(min(its)), its.index(max(its))
+            print(f"{op:5} {mode:10} call {r['call']}: time {its[lo]:.3f} -> {its[hi]:.3f} ms "
+                  f"({its[hi] / its[lo] - 1:+.1%}), SM clock {mhz[lo]:.0f} -> {mhz[hi]:.0f} MHz "
+                  f"({mhz[hi] / mhz[lo] - 1:+.1%}) | time " + " ".join(f"{t:.2f}" for t in its)
+                  + " | MHz " + " ".join(f"{c:.0f}" for c in mhz))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", action="append", default=[], help="run config(s) merged over config/config.yaml")
@@ -88,6 +115,7 @@ def main(argv=None) -> int:
                         "host_ms": run["host"]["host_ms"], "host_ahead": run["host"]["host_ahead"],
                         "sm_mhz": (run.get("clock") or {}).get("sm_mhz"),
                         "batches": run["host"]["batches"],
+                        "iter_mhz": (run["host"]["batches"][0].get("clock") or {}).get("iter_mhz"),
                         "iterations_ms": run["timing"]["total_ms"]["samples"]})
     print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
           f"{s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call "
@@ -105,7 +133,7 @@ def main(argv=None) -> int:
             host = statistics.median(r["host_ms"] for r in rs)
             ahead = all(r["host_ahead"] for r in rs) if mode.startswith("gpu") else None
             mhz = [r["sm_mhz"] for r in rs if r.get("sm_mhz")]
-            cycles = [r["ms"] * r["sm_mhz"] for r in rs if r.get("sm_mhz")]
+            cycles = [call_cycles(r) for r in rs if r.get("sm_mhz")]
             cyc_spread = max(cycles) / min(cycles) - 1 if len(cycles) == len(xs) else None
             row = {"op": op, "mode": mode, "median_ms": statistics.median(xs), "spread": spread,
                    "min_ms": min(xs), "max_ms": max(xs), "host_ms": host, "host_ahead": ahead, "calls": len(xs),
@@ -121,6 +149,7 @@ def main(argv=None) -> int:
             print(f"{op:5} {mode:7} {statistics.median(xs):10.3f} {spread:7.1%} {min(xs):8.3f} {max(xs):8.3f} "
                   f"{host:8.3f} {'' if ahead is None else str(ahead):>10} {clock:>11} "
                   f"{'–' if cyc_spread is None else f'{cyc_spread:.1%}':>13}")
+    print_steps(rows)
     for row in summary:
         if "ratio_median" in row:
             print(f"{row['op']:5} {variants[row['op']]} / {against} per call: median {row['ratio_median']:.3f}, "

@@ -44,3 +44,23 @@ def test_no_sampler_on_cpu_or_without_nvml(monkeypatch):
     monkeypatch.setattr(gpu_clock.ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(name)))
     assert gpu_clock._nvml() is None
     assert open_clock(torch.device("cuda", 0)) is None      # NVML is checked before the CUDA device is touched
+
+
+def test_each_iteration_gets_the_clock_sampled_inside_its_window():
+    from tptune.worker.gpu_clock import clock_step, per_window
+    at = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    mhz = [1600, 1600, 1500, 1400, 1400, 1400]
+    # two samples in the first window, none in the second (nearest to its middle), three in the last
+    assert per_window(at, mhz, [(0.0, 1.5), (1.6, 1.9), (3.0, 5.0)]) == [1600.0, 1500.0, 1400.0]
+    s = summarize([(m, 50, 690.0, 0x4) for m in mhz], at, [(0.0, 2.0), (2.5, 5.0)])
+    assert s["iter_mhz"] == [1566.7, 1400.0]
+    assert "iter_mhz" not in summarize([(m, 50, 690.0, 0x4) for m in mhz])
+    assert clock_step([1500.0, 1400.0, 1450.0]) == 1500 / 1400 - 1
+    assert clock_step(None) is None and clock_step([]) is None
+
+
+def test_ranks_merge_per_iteration_clocks_to_the_slower_rank():
+    r0 = {**summarize([(1900, 40, 650.0, 0x0)]), "iter_mhz": [1900.0, 1800.0]}
+    r1 = {**summarize([(1850, 40, 650.0, 0x0)]), "iter_mhz": [1850.0, 1820.0]}
+    assert merge_ranks([r0, r1])["iter_mhz"] == [1850.0, 1800.0]
+    assert "iter_mhz" not in merge_ranks([r0, summarize([(1850, 40, 650.0, 0x0)])])   # one rank without them

@@ -37,3 +37,18 @@ def test_a_host_bound_retry_shortens_the_pre_roll_and_sleeps_for_it():
     assert plan == [15, 3, PREROLL_MIN]
     # a GPU-bound op (bf16 proj: host 1.3, GPU 2.8) keeps its pre-roll; only the sleep grows
     assert retry_plan(100.0, 54, enqueue_ms=120.0, host_ms=1.3, gpu_ms=2.8, iters=10) == (242.0, 54)
+
+
+def test_iteration_windows_place_each_iteration_in_host_time():
+    from tptune.worker.timing import iteration_windows
+
+    class Ev:      # a recorded event: ms after the start event (what elapsed_time reads on a GPU)
+        def __init__(self, ms):
+            self.ms = ms
+
+        def elapsed_time(self, other):
+            return other.ms - self.ms
+
+    start = Ev(0.0)
+    marks = [(Ev(100.0), Ev(101.0), Ev(103.5)), (Ev(103.5), Ev(104.5), Ev(107.0))]
+    assert iteration_windows(10.0, start, marks) == [(10.1, 10.1035), (10.1035, 10.107)]

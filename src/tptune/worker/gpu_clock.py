@@ -89,17 +89,42 @@ def open_clock(device) -> GpuClock | None:
     return None
 
 
-def summarize(samples: list[tuple[int, int, float, int]]) -> dict | None:
-    """One batch's clock record from its samples: SM MHz median/min/max, hottest C, median W, reasons seen."""
+def summarize(samples: list[tuple[int, int, float, int]], at: list[float] | None = None,
+              windows: list[tuple[float, float]] | None = None) -> dict | None:
+    """One batch's clock record from its samples: SM MHz median/min/max, hottest C, median W, reasons seen.
+    With the samples' host times ``at`` and each timed iteration's host-time window, also the SM clock of
+    every iteration (``iter_mhz``, see per_window)."""
     if not samples:
         return None
     mhz = [s[0] for s in samples]
     mask = 0
     for s in samples:
         mask |= s[3]
-    return {"sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "sm_mhz_max": max(mhz),
-            "temp_c": max(s[1] for s in samples), "power_w": statistics.median(s[2] for s in samples),
-            "reasons": reason_names(mask), "samples": len(samples)}
+    rec = {"sm_mhz": statistics.median(mhz), "sm_mhz_min": min(mhz), "sm_mhz_max": max(mhz),
+           "temp_c": max(s[1] for s in samples), "power_w": statistics.median(s[2] for s in samples),
+           "reasons": reason_names(mask), "samples": len(samples)}
+    if at is not None and windows:
+        rec["iter_mhz"] = per_window(at, mhz, windows)
+    return rec
+
+
+def per_window(at: list[float], values: list[float], windows: list[tuple[float, float]]) -> list[float]:
+    """The mean of the samples taken inside each window (t0, t1); a window no sample fell in gets the
+    sample nearest its middle. Why per iteration: a step of GPU time inside one batch that the clock
+    steps with is the card's power management; one the clock does not follow is the setting's own."""
+    out = []
+    for t0, t1 in windows:
+        inside = [v for t, v in zip(at, values) if t0 <= t <= t1]
+        if not inside:
+            mid = (t0 + t1) / 2
+            inside = [min(zip(at, values), key=lambda tv: abs(tv[0] - mid))[1]]
+        out.append(round(sum(inside) / len(inside), 1))
+    return out
+
+
+def clock_step(iter_mhz: list[float] | None) -> float | None:
+    """max/min - 1 of a batch's per-iteration SM clock (None without one)."""
+    return max(iter_mhz) / min(iter_mhz) - 1 if iter_mhz and min(iter_mhz) > 0 else None
 
 
 def _span(recs: list[dict]) -> dict:
@@ -114,8 +139,12 @@ def merge_ranks(records: list[dict | None]) -> dict | None:
     recs = [r for r in records if r]
     if not recs:
         return None
-    return {"sm_mhz": min(r["sm_mhz"] for r in recs), **_span(recs), "power_w": max(r["power_w"] for r in recs),
-            "samples": min(r["samples"] for r in recs)}
+    merged = {"sm_mhz": min(r["sm_mhz"] for r in recs), **_span(recs), "power_w": max(r["power_w"] for r in recs),
+              "samples": min(r["samples"] for r in recs)}
+    iters = [r.get("iter_mhz") for r in recs]
+    if iters and all(iters) and len({len(x) for x in iters}) == 1:
+        merged["iter_mhz"] = [min(v) for v in zip(*iters)]
+    return merged
 
 
 def clock_over_rounds(records: list[dict | None]) -> dict | None:

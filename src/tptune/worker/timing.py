@@ -40,7 +40,8 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
    host-bound when host >= GPU).
 6. While the host waits for the timed iterations, it samples the GPU's SM clock, temperature, power and
    NVML's clock-event reasons (read only, worker.gpu_clock): the record of what the card's power and
-   thermal management did to this batch.
+   thermal management did to this batch, per batch and per timed iteration (each sample placed by its
+   host time against the iteration's events, which step 2's sleep-start event ties to host time).
 
 On CPU the host is the device: wall-clock marks per iteration, host_ms = the iteration time.
 """
@@ -60,7 +61,7 @@ PREROLL_MAX = 60
 PREROLL_MIN = 2
 MAX_ATTEMPTS = 4
 HOST_PROBE_ITERS = 3
-CLOCK_POLL_S = 0.002         # NVML sampling interval while the host waits for a timed batch
+CLOCK_POLL_S = 0.0005        # NVML sampling interval while the host waits for a timed batch
 _CYCLES_PER_MS: dict[int, float] = {}
 _CLOCKS: dict[int, object] = {}
 
@@ -87,19 +88,27 @@ def _clock(device: torch.device):
     return _CLOCKS[idx]
 
 
-def _sample_clock_until(clock, first, last) -> dict | None:
+def _sample_clock_until(clock, first, last) -> tuple[list, list[float]]:
     """While the GPU runs the timed iterations (``first`` event done, ``last`` not yet), sample its
-    clock; the host has nothing else to do then, so the sampling costs the timing nothing."""
+    clock; the host has nothing else to do then, so the sampling costs the timing nothing.
+    Returns the samples and the host time (perf_counter) of each."""
+    samples, at = [], []
     if clock is None:
-        return None
-    samples = []
+        return samples, at
     while not last.query():
         if first.query():
             s = clock.sample()
             if s is not None:
                 samples.append(s)
+                at.append(time.perf_counter())
         time.sleep(CLOCK_POLL_S)
-    return gpu_clock.summarize(samples)
+    return samples, at
+
+
+def iteration_windows(t0: float, start, marks) -> list[tuple[float, float]]:
+    """Each timed iteration's span in host time (perf_counter s): ``start`` is an event recorded at host
+    time ``t0`` on an idle GPU, so it ran then, and every later event ran start.elapsed_time(it) after."""
+    return [(t0 + start.elapsed_time(a) / 1e3, t0 + start.elapsed_time(c) / 1e3) for a, _, c in marks]
 
 
 def _iteration(bench) -> None:
@@ -227,8 +236,9 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_
         idle: list = []
         marks = _event_iterations(bench, iters, idle)
         t_end = time.perf_counter()
-        clock = _sample_clock_until(_clock(ctx.device), marks[0][0], marks[-1][2])
+        samples, at = _sample_clock_until(_clock(ctx.device), marks[0][0], marks[-1][2])
         ctx.sync()
+        clock = gpu_clock.summarize(samples, at, iteration_windows(t0, s0, marks)) if samples else None
         slept = s0.elapsed_time(s1)
         enqueue_ms = (t_end - t0) * 1e3
         # host_ms of the batch is capped by the launch queue once the pre-roll fills it: the probe's
