@@ -55,8 +55,9 @@ def print_steps(rows: dict) -> None:
             lo, hi = its.index(min(its)), its.index(max(its))
             print(f"{op:5} {mode:10} call {r['call']}: time {its[lo]:.3f} -> {its[hi]:.3f} ms "
                   f"({its[hi] / its[lo] - 1:+.1%}), SM clock {mhz[lo]:.0f} -> {mhz[hi]:.0f} MHz "
-                  f"({mhz[hi] / mhz[lo] - 1:+.1%}) | time " + " ".join(f"{t:.2f}" for t in its)
-                  + " | MHz " + " ".join(f"{c:.0f}" for c in mhz))
+                  f"({mhz[hi] / mhz[lo] - 1:+.1%}), {len(its)} iterations, median {statistics.median(its):.3f}"
+                  + ("" if len(its) > 20 else " | time " + " ".join(f"{t:.2f}" for t in its)
+                     + " | MHz " + " ".join(f"{c:.0f}" for c in mhz)))
 
 
 def main(argv=None) -> int:
@@ -72,6 +73,8 @@ def main(argv=None) -> int:
                     help="second setting timed in every call for the per-call ratio (default none; '' for no ratio)")
     ap.add_argument("--preroll-ms", type=float, default=None,
                     help="GPU: untimed pre-roll of the op's own work before each batch (default: the config's)")
+    ap.add_argument("--window-ms", type=float, default=None,
+                    help="GPU: GPU time a GPU-bound op times per batch (default: the config's; 0: --iters only)")
     ap.add_argument("--json", help="write every call's figures here")
     a = ap.parse_args(argv)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
@@ -104,6 +107,8 @@ def main(argv=None) -> int:
                         timing["iters"] = a.iters
                     if a.preroll_ms is not None:
                         timing["preroll_ms"] = a.preroll_ms
+                    if a.window_ms is not None:
+                        timing["window_ms"] = a.window_ms
                     op_settings.update(timing=timing, check=False)
                     out = Path(tmp) / f"{op}-{key.replace(':', '-')}-{call}"
                     run = launcher.profile(case, s.model, out, op_settings)
@@ -117,11 +122,12 @@ def main(argv=None) -> int:
                         "batches": run["host"]["batches"],
                         "iter_mhz": (run["host"]["batches"][0].get("clock") or {}).get("iter_mhz"),
                         "iterations_ms": run["timing"]["total_ms"]["samples"]})
+    window = s.config["timing"].get("window_ms", 0) if a.window_ms is None else a.window_ms
     print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
-          f"{s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call "
-          f"({time.monotonic() - t0:.0f} s)")
+          f"{s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call"
+          f"{f' or {window:.0f} ms of a GPU-bound op' if window else ''} ({time.monotonic() - t0:.0f} s)")
     print(f"{'op':5} {'mode':7} {'median ms':>10} {'spread':>7} {'min':>8} {'max':>8} {'host ms':>8} "
-          f"{'host ahead':>10} {'SM MHz':>11} {'cycles spread':>13}")
+          f"{'host ahead':>10} {'SM MHz':>11} {'cycles spread':>13} {'iters':>5}")
     summary = []
     for op in s.ops:
         for mode in (*MODES, *([f"gpu:{against}"] if against else [])):
@@ -146,9 +152,11 @@ def main(argv=None) -> int:
                            ratio_spread=max(ratios) / min(ratios) - 1)
             summary.append(row)
             clock = f"{min(mhz):5.0f}-{max(mhz):5.0f}" if mhz else "–"
+            iters = statistics.median(len(r["iterations_ms"]) for r in rs)
+            row["iters"] = iters
             print(f"{op:5} {mode:7} {statistics.median(xs):10.3f} {spread:7.1%} {min(xs):8.3f} {max(xs):8.3f} "
                   f"{host:8.3f} {'' if ahead is None else str(ahead):>10} {clock:>11} "
-                  f"{'–' if cyc_spread is None else f'{cyc_spread:.1%}':>13}")
+                  f"{'–' if cyc_spread is None else f'{cyc_spread:.1%}':>13} {iters:5.0f}")
     print_steps(rows)
     for row in summary:
         if "ratio_median" in row:

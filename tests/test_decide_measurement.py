@@ -280,6 +280,12 @@ def test_batch_step_finds_a_level_change_inside_one_round():
     assert batch_step(p(stepped)) == pytest.approx(0.16)
     assert batch_step({"timing": {"total_ms": {"samples": [1.0, 2.0, 3.0], "rounds": [0, 0]}}}) is None
     assert batch_step({}) is None
+    # rounds of unequal length (a window's iterations follow each round's probe): split as recorded
+    uneven = {"timing": {"total_ms": {"samples": [10.0, 10.0, 10.0] + [10.0, 11.0], "rounds": [0, 0],
+                                      "round_iters": [3, 2]}}}
+    assert batch_step(uneven) == pytest.approx(0.1)
+    uneven["timing"]["total_ms"]["round_iters"] = [2, 2]      # counts that do not add up: no figure
+    assert batch_step(uneven) is None
 
 
 def test_summary_lists_the_settings_that_stepped(tmp_path):

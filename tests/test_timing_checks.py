@@ -1,5 +1,5 @@
 """worker.timing.batch_checks: when a host-ahead batch counts (lead, or a full launch queue)."""
-from tptune.worker.timing import SAFETY, batch_checks
+from tptune.worker.timing import FED_MARGIN, SAFETY, WINDOW_MAX_ITERS, batch_checks, needed_sleep_ms, timed_iters
 
 
 def test_lead_when_the_host_finished_before_the_hold_ended():
@@ -16,9 +16,31 @@ def test_an_idle_mark_or_a_slow_host_fails_the_queue_check():
     assert batch_checks(607.1, 435.1, 8.7, 79.2, idle_marks=1) == (False, False)
     # FP8 proj at TP 2: host 2.3 ms vs GPU 1.6 ms per iteration: host-bound, the GPU can starve
     assert batch_checks(90.0, 60.0, 2.3, 1.6, 0) == (False, False)
-    # the refill margin is SAFETY x the host's launch time
-    assert batch_checks(90.0, 60.0, 1.0, SAFETY * 1.0 + 1e-6, 0) == (False, True)
-    assert batch_checks(90.0, 60.0, 1.0, SAFETY * 1.0, 0) == (False, False)
+    # the refill margin is FED_MARGIN x the host's launch time
+    assert batch_checks(90.0, 60.0, 1.0, FED_MARGIN * 1.0 + 1e-6, 0) == (False, True)
+    assert batch_checks(90.0, 60.0, 1.0, FED_MARGIN * 1.0, 0) == (False, False)
+
+
+def test_a_long_window_counts_only_if_the_host_entered_it_ahead():
+    """x2, proj with a 40-iteration batch: 205 ms to enqueue against a 168 ms hold (the launch queue),
+    the host 1.3 ms against 2.7 ms of GPU per iteration: fed when it began the timed iterations first."""
+    assert batch_checks(205.5, 168.1, 1.3, 2.73, 0, entered_ms=80.0) == (False, True)
+    assert batch_checks(205.5, 168.1, 1.3, 2.73, 0, entered_ms=170.0) == (False, False)
+
+
+def test_the_window_sets_the_iterations_of_gpu_bound_ops_only():
+    assert timed_iters(10, host_ms=1.4, gpu_ms=3.6, window_ms=500) == 139       # ceil(500 / 3.6)
+    assert timed_iters(10, 1.4, 80.0, 500) == 10                               # a block: iters already fill it
+    assert timed_iters(10, 0.1, 0.2, 500) == WINDOW_MAX_ITERS
+    assert timed_iters(10, 2.3, 1.6, 500) == 10                                # host-bound: the host enqueues all
+    assert timed_iters(10, 1.4, 3.6, 0) == 10                                  # window off
+
+
+def test_the_sleep_covers_the_pre_roll_for_gpu_bound_ops_and_everything_otherwise():
+    # GPU-bound: 42 pre-roll iterations of 3.6 ms outlast their launches at 1.4 ms, whatever the window
+    assert needed_sleep_ms(1.4, 3.6, 139, 42) == needed_sleep_ms(1.4, 3.6, 10, 42) == 2.0
+    # host-bound: the host must enqueue pre-roll and batch during the hold
+    assert needed_sleep_ms(2.3, 1.6, 10, 2) == 2.3 * 12 * SAFETY + 2.0 - 2 * 1.6
 
 
 def test_a_host_bound_retry_shortens_the_pre_roll_and_sleeps_for_it():

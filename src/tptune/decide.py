@@ -122,10 +122,16 @@ def batch_step(point: dict) -> float | None:
     from round to round. Rounds are the consecutive runs of the samples, one batch each."""
     tot = (point.get("timing") or {}).get("total_ms") or {}
     samples, n = tot.get("samples") or [], len(tot.get("rounds") or [])
-    if not samples or not n or len(samples) % n:
+    counts = tot.get("round_iters")          # absent in sessions recorded before windows: equal rounds
+    if not counts:
+        if not samples or not n or len(samples) % n:
+            return None
+        counts = [len(samples) // n] * n
+    if not samples or sum(counts) != len(samples):
         return None
-    k = len(samples) // n
-    return max(max(b) / min(b) - 1 for b in (samples[i:i + k] for i in range(0, len(samples), k)) if min(b) > 0)
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    batches = [samples[a:a + k] for a, k in zip(starts, counts) if k]
+    return max((max(b) / min(b) - 1 for b in batches if min(b) > 0), default=None)
 
 
 def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:

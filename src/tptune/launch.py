@@ -394,9 +394,11 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
     import statistics
 
     per_round, all_it, host, ahead, batches = [], {"fwd_ms": [], "bwd_ms": [], "total_ms": []}, [], [], []
+    counts = []   # timed iterations per round: a GPU-bound op's window sets them from each round's probe
     for rid, res in rounds:
         ranks = sorted(res["reply"]["ranks"], key=lambda x: x["rank"])
         slow = slowest_rank([x["samples"] for x in ranks])
+        counts.append(len(slow["total_ms"]))
         for k in all_it:
             all_it[k].extend(slow[k])
         per_round.append((rid, {k: statistics.median(v) for k, v in slow.items()}))
@@ -408,14 +410,15 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
                         "attempts": max(len(b.get("attempts") or []) for b in bs),
                         "slept_ms": max(a.get("slept_ms", 0.0) for a in last),
                         "enqueue_ms": max(a.get("enqueue_ms", 0.0) for a in last),
-                        "preroll": last[0].get("preroll"), "check": last[0].get("check"),
+                        "preroll": last[0].get("preroll"), "iters": last[0].get("iters"), "check": last[0].get("check"),
                         "clock": merge_ranks([a.get("clock") for a in last])})
     timing = {}
     for k, v in all_it.items():
         st = stats(v)
         vals = [pr[k] for _, pr in per_round]
         st.update({"iter_median": st["median"], "median": statistics.median(vals),
-                   "rounds": [round(x, 6) for x in vals], "round_ids": [rid for rid, _ in per_round]})
+                   "rounds": [round(x, 6) for x in vals], "round_ids": [rid for rid, _ in per_round],
+                   "round_iters": counts})
         timing[k] = st
     gpu = timing["total_ms"]["median"]
     host_ms = statistics.median(host)

@@ -19,7 +19,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from ..cases import Case
 from ..model import ModelConfig
 from .context import RankContext
-from .timing import PREROLL_MS, timed_batch
+from .timing import PREROLL_MS, WINDOW_MS, timed_batch
 
 
 def load_backend(name: str):
@@ -71,7 +71,8 @@ def run_case(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_
         ctx.sync()
         dist.barrier(group=ctx.cpu_group)
         batch = timed_batch(bench, ctx, timing["iters"], timing.get("mode", "gpu"),
-                            preroll_ms=timing.get("preroll_ms", PREROLL_MS))
+                            preroll_ms=timing.get("preroll_ms", PREROLL_MS),
+                            window_ms=timing.get("window_ms", WINDOW_MS))
         t_measure = time.perf_counter() - t0 - t_init
         trace = None
         if settings.get("profile") and timing.get("profile_steps"):

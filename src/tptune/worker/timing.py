@@ -8,9 +8,11 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
    ranks agree on both (all-reduce MAX), so every rank sizes its lead alike and no rank waits in its
    timed window for a peer that was held longer.
 2. The stream is held by a short sleep, then runs untimed pre-roll iterations of the bench itself
-   (at least PREROLL_MS of its GPU work), then the timed iterations. The sleep is sized so that the
-   host finishes enqueueing everything before the GPU leaves the pre-roll; for GPU-bound ops the
-   pre-roll alone gives that lead. The pre-roll is also what makes the timing reproducible: on
+   (at least PREROLL_MS of its GPU work), then the timed iterations: ``iters``, or for a GPU-bound op
+   (host < GPU / FED_MARGIN) as many as fill WINDOW_MS of GPU time (timed_iters says why). The sleep is
+   sized so that the host enqueues the pre-roll (GPU-bound: its lead then grows through the timed
+   iterations) or everything (host-bound) before the GPU leaves the pre-roll; for GPU-bound ops the
+   pre-roll alone usually gives that lead. The pre-roll is also what makes the timing reproducible: on
    2xH200 every op slowed by 4-12% over its first ~100 ms of work after an idle spell (the clock
    settling from boost to the op's loaded level), and a batch timed in that transient moved from call
    to call. Holding with large GEMMs instead settled the clock below the op's own level. Training
@@ -21,16 +23,17 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
    - lead: the host finished enqueueing before the GPU finished the hold (sleep + pre-roll):
      enqueue_ms < slept_ms (GPU time from the sleep's start to the first timed event);
    - queue: the launch queue, not the host, held the enqueue back. CUDA queues about a thousand
-     launches per stream; a whole block's fwd+bwd is hundreds of kernels, so its batch cannot be
-     enqueued during any hold: the host waits for free slots and the lead check cannot pass (on
-     2xH200 a 2-layer block's 12 iterations took 610 ms to enqueue against 80 ms of GPU each, while
-     the host launched one in 9-15 ms with the GPU free). A queue that is full cannot starve the GPU,
-     and a host that launches an iteration in under half its GPU time (the probe, GPU free) refills
-     it faster than the GPU drains it. So the batch counts when the probe says so and no timed
-     mark found the GPU idle (an event that is complete right after it is recorded sat behind nothing).
+     launches per stream; a whole block's fwd+bwd is hundreds of kernels, and a 500 ms window of a
+     small op hundreds of iterations, so such a batch cannot be enqueued during any hold: the host
+     waits for free slots and the lead check cannot pass (on 2xH200 a 2-layer block's 12 iterations
+     took 610 ms to enqueue against 80 ms of GPU each, while the host launched one in 9-15 ms with the
+     GPU free). A queue that is full cannot starve the GPU, and a GPU-bound host (the probe, GPU free)
+     refills it faster than the GPU drains it. So the batch counts when the host had begun the timed
+     iterations before the GPU reached them (entered_ms < slept_ms), the probe says GPU-bound, and no
+     timed mark found the GPU idle (an event complete right after it is recorded sat behind nothing).
    Otherwise the sleep grows and the batch is measured again (``max_attempts``); the record says
    whether the host stayed ahead and by which check, so a report can flag a batch where it did not.
-   A host-bound op (host >= GPU / SAFETY) also gets a 4x shorter pre-roll on each retry (down to
+   A host-bound op (host >= GPU / FED_MARGIN) also gets a 4x shorter pre-roll on each retry (down to
    PREROLL_MIN): its pre-roll's launches can fill CUDA's launch queue, after which the host waits for
    the GPU through the sleep and falls behind it afterwards, however long the sleep (on x2, FP8 qkv under
    current scaling: 60 pre-roll iterations of 34 launches; the enqueue took the sleep plus ~30 ms at
@@ -55,8 +58,11 @@ import torch.distributed as dist
 from . import gpu_clock
 
 SAFETY = 2.0                 # the host's lead covers SAFETY x its agreed enqueue time + SLACK_MS
+FED_MARGIN = 1.25            # a host that launches an iteration in under 1/FED_MARGIN of its GPU time keeps ahead
 SLACK_MS = 2.0
 PREROLL_MS = 150.0           # the bench's own GPU work run untimed before the timed iterations
+WINDOW_MS = 500.0            # GPU-bound ops: at least this much GPU time is timed per batch
+WINDOW_MAX_ITERS = 600
 PREROLL_MAX = 60
 PREROLL_MIN = 2
 MAX_ATTEMPTS = 4
@@ -187,34 +193,58 @@ def wall_batch(bench, iters: int) -> dict:
     return {"samples": samples, "host_ms": host, "timing": "wall"}
 
 
+def gpu_bound(host_ms: float, gpu_ms: float) -> bool:
+    """The host launches an iteration in under 1/FED_MARGIN of its GPU time: once ahead, it stays ahead."""
+    return host_ms * FED_MARGIN < gpu_ms
+
+
 def batch_checks(enqueue_ms: float, slept_ms: float, host_ms: float, gpu_ms: float,
-                 idle_marks: int) -> tuple[bool, bool]:
+                 idle_marks: int, entered_ms: float | None = None) -> tuple[bool, bool]:
     """(lead, fed) of one rank's batch (module doc, step 5): lead = the host finished enqueueing before
-    the GPU left the hold; fed = lead, or the launch queue held the host back while the host refills
-    it at least SAFETY times faster than the GPU drains it and no timed mark found the GPU idle."""
+    the GPU left the hold; fed = lead, or the host entered the timed iterations before the GPU reached
+    them (``entered_ms``, when given) and, however the launch queue held it back, refills the queue
+    faster than the GPU drains it (gpu_bound) with no timed mark finding the GPU idle."""
     lead = enqueue_ms < slept_ms
-    return lead, lead or (host_ms * SAFETY < gpu_ms and idle_marks == 0)
+    entered = entered_ms is None or entered_ms < slept_ms
+    return lead, lead or (entered and gpu_bound(host_ms, gpu_ms) and idle_marks == 0)
+
+
+def timed_iters(iters: int, host_ms: float, gpu_ms: float, window_ms: float) -> int:
+    """Timed iterations of a batch: ``iters``, or for a GPU-bound op as many as fill ``window_ms`` of GPU
+    time (at most WINDOW_MAX_ITERS). Why: on 2xH200 under the power cap an op's time steps up by 5-20%
+    in episodes of ~50-300 ms that NVML's SM clock does not show (results/noise-x2, noise-iterclock*); a
+    10-iteration batch (30-180 ms) caught one or not, so its median moved by up to 5% from call to call,
+    while the median of a window several episodes long does not. A host-bound op keeps ``iters``: its
+    host must enqueue the whole batch during the hold."""
+    if window_ms <= 0 or not gpu_bound(host_ms, gpu_ms):
+        return iters
+    return max(iters, min(WINDOW_MAX_ITERS, int(-(-window_ms // max(gpu_ms, 1e-3)))))
 
 
 def needed_sleep_ms(host_ms: float, gpu_ms: float, iters: int, preroll: int) -> float:
-    """The hold the host needs to enqueue pre-roll and batch, beyond what the pre-roll's GPU time gives it."""
-    return max(SLACK_MS, host_ms * (iters + preroll) * SAFETY + SLACK_MS - preroll * gpu_ms)
+    """The hold the host needs, beyond what the pre-roll's GPU time gives it, to enqueue the pre-roll
+    (a GPU-bound op: its host gains on the GPU through the timed iterations) or pre-roll and batch."""
+    n = preroll if gpu_bound(host_ms, gpu_ms) else preroll + iters
+    return max(SLACK_MS, host_ms * n * SAFETY + SLACK_MS - preroll * gpu_ms)
 
 
 def retry_plan(sleep_ms: float, preroll: int, enqueue_ms: float, host_ms: float, gpu_ms: float,
                iters: int) -> tuple[float, int]:
     """(sleep, pre-roll) of the next attempt after a batch whose host fell behind: a longer sleep; for a
     host-bound op also a 4x shorter pre-roll (module doc, step 5), and the sleep that one needs."""
-    if host_ms * SAFETY >= gpu_ms and preroll > PREROLL_MIN:
+    if not gpu_bound(host_ms, gpu_ms) and preroll > PREROLL_MIN:
         preroll = max(PREROLL_MIN, preroll // 4)
     return max(sleep_ms * 2, enqueue_ms * SAFETY + SLACK_MS, needed_sleep_ms(host_ms, gpu_ms, iters, preroll)), preroll
 
 
-def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_ms: float = PREROLL_MS) -> dict:
-    """CUDA: GPU time of ``iters`` iterations enqueued while the GPU is held (module doc)."""
+def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_ms: float = PREROLL_MS,
+              window_ms: float = WINDOW_MS) -> dict:
+    """CUDA: GPU time of ``iters`` iterations (or a ``window_ms`` window, timed_iters) enqueued while the
+    GPU is held (module doc)."""
     cpms = cycles_per_ms(ctx.device)
     host_probe, gpu_probe = host_launch_ms(bench, ctx)
     agreed, gpu_agreed = _allreduce_host([host_probe, gpu_probe], ctx.cpu_group, dist.ReduceOp.MAX)
+    iters = timed_iters(iters, agreed, gpu_agreed, window_ms)     # agreed values: every rank runs as many
     preroll_max = max(PREROLL_MAX, int(PREROLL_MAX * preroll_ms / PREROLL_MS))   # scales with a longer pre-roll
     preroll = int(min(preroll_max, max(PREROLL_MIN, -(-preroll_ms // max(gpu_agreed, 1e-3)))))
     sleep_ms = needed_sleep_ms(agreed, gpu_agreed, iters, preroll)
@@ -243,9 +273,11 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_
         enqueue_ms = (t_end - t0) * 1e3
         # host_ms of the batch is capped by the launch queue once the pre-roll fills it: the probe's
         # figure (GPU free) is the host's launch time
-        rec = {"sleep_ms": sleep_ms, "slept_ms": slept, "enqueue_ms": enqueue_ms, "preroll": preroll,
-               "batch_host_ms": (t_end - t_batch) * 1e3 / iters, "idle_marks": len(idle), "clock": clock}
-        lead, fed = batch_checks(enqueue_ms, slept, agreed, gpu_agreed, len(idle))
+        entered_ms = (t_batch - t0) * 1e3
+        rec = {"sleep_ms": sleep_ms, "slept_ms": slept, "enqueue_ms": enqueue_ms, "entered_ms": entered_ms,
+               "preroll": preroll, "iters": iters, "batch_host_ms": (t_end - t_batch) * 1e3 / iters,
+               "idle_marks": len(idle), "clock": clock}
+        lead, fed = batch_checks(enqueue_ms, slept, agreed, gpu_agreed, len(idle), entered_ms)
         lead_all, ahead_all = (x > 0 for x in _allreduce_host([float(lead), float(fed)],
                                                               ctx.cpu_group, dist.ReduceOp.MIN))
         rec["host_ahead"] = ahead_all
@@ -271,9 +303,11 @@ def event_batch(bench, ctx, iters: int) -> dict:
     return {"samples": _split(marks, lambda a, b: a.elapsed_time(b)), "host_ms": host, "timing": "events"}
 
 
-def timed_batch(bench, ctx, iters: int, mode: str = "gpu", preroll_ms: float = PREROLL_MS) -> dict:
+def timed_batch(bench, ctx, iters: int, mode: str = "gpu", preroll_ms: float = PREROLL_MS,
+                window_ms: float = WINDOW_MS) -> dict:
     """mode "gpu": host-ahead GPU time (CUDA) / wall clock (CPU); "events": per-iteration events."""
     if not ctx.is_cuda:
         return wall_batch(bench, iters)
-    return event_batch(bench, ctx, iters) if mode == "events" else gpu_batch(bench, ctx, iters,
-                                                                              preroll_ms=preroll_ms)
+    if mode == "events":
+        return event_batch(bench, ctx, iters)
+    return gpu_batch(bench, ctx, iters, preroll_ms=preroll_ms, window_ms=window_ms)
