@@ -38,8 +38,8 @@ STEP = 0.04   # a call whose timed iterations spread by more than this stepped i
 def call_cycles(r: dict) -> float:
     """A call's median of time x SM clock, per iteration where the batch has its per-iteration clock."""
     its, mhz = r.get("iterations_ms") or [], r.get("iter_mhz")
-    if mhz and len(mhz) == len(its):
-        return statistics.median(t * c for t, c in zip(its, mhz))
+    if mhz and len(mhz) == len(its) and any(mhz):
+        return statistics.median(t * c for t, c in zip(its, mhz) if c)
     return r["ms"] * r["sm_mhz"]
 
 
@@ -52,12 +52,15 @@ def print_steps(rows: dict) -> None:
             its, mhz = r.get("iterations_ms") or [], r.get("iter_mhz")
             if not its or max(its) / min(its) - 1 <= STEP or not mhz or len(mhz) != len(its):
                 continue
-            lo, hi = its.index(min(its)), its.index(max(its))
+            timed = [i for i, c in enumerate(mhz) if c]     # iterations the clock was sampled in
+            if len(timed) < 2:
+                continue
+            lo, hi = min(timed, key=its.__getitem__), max(timed, key=its.__getitem__)
             print(f"{op:5} {mode:10} call {r['call']}: time {its[lo]:.3f} -> {its[hi]:.3f} ms "
                   f"({its[hi] / its[lo] - 1:+.1%}), SM clock {mhz[lo]:.0f} -> {mhz[hi]:.0f} MHz "
                   f"({mhz[hi] / mhz[lo] - 1:+.1%}), {len(its)} iterations, median {statistics.median(its):.3f}"
                   + ("" if len(its) > 20 else " | time " + " ".join(f"{t:.2f}" for t in its)
-                     + " | MHz " + " ".join(f"{c:.0f}" for c in mhz)))
+                     + " | MHz " + " ".join(f"{c:.0f}" if c else "-" for c in mhz)))
 
 
 def main(argv=None) -> int:

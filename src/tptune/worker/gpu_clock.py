@@ -108,23 +108,27 @@ def summarize(samples: list[tuple[int, int, float, int]], at: list[float] | None
     return rec
 
 
-def per_window(at: list[float], values: list[float], windows: list[tuple[float, float]]) -> list[float]:
+def per_window(at: list[float], values: list[float], windows: list[tuple[float, float]]) -> list[float | None]:
     """The mean of the samples taken inside each window (t0, t1); a window no sample fell in gets the
-    sample nearest its middle. Why per iteration: a step of GPU time inside one batch that the clock
-    steps with is the card's power management; one the clock does not follow is the setting's own."""
+    sample nearest its middle if that lies within 1.5 window lengths of it, else None (the host samples
+    only once it has enqueued the batch, so a long batch's first iterations may have none).
+    Why per iteration: a step of GPU time inside one batch that the clock steps with is the card's
+    clock management; one the clock does not follow is not (or not one NVML reports)."""
     out = []
     for t0, t1 in windows:
         inside = [v for t, v in zip(at, values) if t0 <= t <= t1]
-        if not inside:
+        if not inside and at:
             mid = (t0 + t1) / 2
-            inside = [min(zip(at, values), key=lambda tv: abs(tv[0] - mid))[1]]
-        out.append(round(sum(inside) / len(inside), 1))
+            t, v = min(zip(at, values), key=lambda tv: abs(tv[0] - mid))
+            inside = [v] if abs(t - mid) <= 1.5 * (t1 - t0) else []
+        out.append(round(sum(inside) / len(inside), 1) if inside else None)
     return out
 
 
-def clock_step(iter_mhz: list[float] | None) -> float | None:
+def clock_step(iter_mhz: list[float | None] | None) -> float | None:
     """max/min - 1 of a batch's per-iteration SM clock (None without one)."""
-    return max(iter_mhz) / min(iter_mhz) - 1 if iter_mhz and min(iter_mhz) > 0 else None
+    xs = [x for x in iter_mhz or [] if x]
+    return max(xs) / min(xs) - 1 if xs else None
 
 
 def _span(recs: list[dict]) -> dict:
@@ -143,7 +147,7 @@ def merge_ranks(records: list[dict | None]) -> dict | None:
               "samples": min(r["samples"] for r in recs)}
     iters = [r.get("iter_mhz") for r in recs]
     if iters and all(iters) and len({len(x) for x in iters}) == 1:
-        merged["iter_mhz"] = [min(v) for v in zip(*iters)]
+        merged["iter_mhz"] = [min((x for x in v if x), default=None) for v in zip(*iters)]
     return merged
 
 
