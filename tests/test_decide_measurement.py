@@ -276,10 +276,13 @@ def test_batch_step_finds_a_level_change_inside_one_round():
     flat = [10.0, 10.05, 9.98, 10.02] * 2                      # two rounds of four iterations
     stepped = [10.0, 10.0, 10.0, 10.0] + [10.0, 10.0, 11.5, 11.6]
     p = lambda s: {"timing": {"total_ms": {"samples": s, "rounds": [0, 0]}}}
-    assert batch_step(p(flat)) == pytest.approx(10.05 / 9.98 - 1)
-    assert batch_step(p(stepped)) == pytest.approx(0.16)
+    assert batch_step(p(flat)) == pytest.approx(1 - 10.0 / 10.025)      # halves 10.025, 10.0
+    assert batch_step(p(stepped)) == pytest.approx(0.155)       # halves' medians 10.0 -> 11.55
     assert batch_step({"timing": {"total_ms": {"samples": [1.0, 2.0, 3.0], "rounds": [0, 0]}}}) is None
     assert batch_step({}) is None
+    # a short episode inside a long window leaves the halves' medians alone
+    window = [10.0] * 60 + [11.8] * 6 + [10.0] * 34
+    assert batch_step({"timing": {"total_ms": {"samples": window, "rounds": [0]}}}) == 0.0
     # rounds of unequal length (a window's iterations follow each round's probe): split as recorded
     uneven = {"timing": {"total_ms": {"samples": [10.0, 10.0, 10.0] + [10.0, 11.0], "rounds": [0, 0],
                                       "round_iters": [3, 2]}}}

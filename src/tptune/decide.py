@@ -113,13 +113,18 @@ def bound_faults(points: dict[str, dict], floor: float) -> list[dict]:
     return faults
 
 
-STEP_FACTOR = 2.0   # a batch whose iterations spread by more than STEP_FACTOR x the margin stepped
+STEP_FACTOR = 2.0   # a batch whose halves' medians differ by more than STEP_FACTOR x the margin stepped
 
 
 def batch_step(point: dict) -> float | None:
-    """The largest spread (max/min - 1) of one round's timed iterations: a GPU time that moves between
-    levels inside one batch (seen on x2 for qkv: 3.46 -> 3.82 ms within ten iterations) rather than
-    from round to round. Rounds are the consecutive runs of the samples, one batch each."""
+    """The largest level change inside one round's timed batch: |median(second half) / median(first
+    half) - 1| over the rounds. A GPU time that moves between levels inside one batch (seen on x2 for
+    qkv: 3.46 -> 3.82 ms within ten iterations; fc1 17.7 -> 20 ms after ~250 ms of load) moves the
+    round's median with it. Halves, not max/min: a 500 ms window (timing.window_ms) holds a short
+    power-management episode in nearly every batch, which its median rides out. Rounds are the
+    consecutive runs of the samples, one batch each (``round_iters`` long where recorded)."""
+    import statistics
+
     tot = (point.get("timing") or {}).get("total_ms") or {}
     samples, n = tot.get("samples") or [], len(tot.get("rounds") or [])
     counts = tot.get("round_iters")          # absent in sessions recorded before windows: equal rounds
@@ -130,8 +135,14 @@ def batch_step(point: dict) -> float | None:
     if not samples or sum(counts) != len(samples):
         return None
     starts = [sum(counts[:i]) for i in range(len(counts))]
-    batches = [samples[a:a + k] for a, k in zip(starts, counts) if k]
-    return max((max(b) / min(b) - 1 for b in batches if min(b) > 0), default=None)
+    steps = []
+    for a, k in zip(starts, counts):
+        if k < 2:
+            continue
+        first, second = statistics.median(samples[a:a + k // 2]), statistics.median(samples[a + k // 2:a + k])
+        if first > 0:
+            steps.append(abs(second / first - 1))
+    return max(steps, default=None)
 
 
 def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
