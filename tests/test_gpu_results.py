@@ -402,3 +402,79 @@ def test_recorded_steps_are_listed_and_a_longer_preroll_damps_them(tmp_path):
               for p, d in noise.items()}
     assert step[1500] < step[150] and spread[1500] < spread[150]
     assert noise[1500]["calls"]["fc1/gpu"][0]["batches"][0]["preroll"] > 5 * noise[150]["calls"]["fc1/gpu"][0]["batches"][0]["preroll"]
+
+
+def _noise(name):
+    return json.loads((ROOT / "results" / "noise-x2" / f"{name}.json").read_text())
+
+
+def _worst_spread(d, modes=("gpu", "gpu:none")):
+    """The largest max/min - 1 over 7 calls of any op's GPU-timed setting (every op here is >= 1 ms)."""
+    out = {}
+    for key, rows in d["calls"].items():
+        op, mode = key.split("/")
+        if mode in modes:
+            xs = [r["ms"] for r in rows]
+            out[key] = max(xs) / min(xs) - 1
+    return max(out.values()), out
+
+
+def test_a_500_ms_window_narrows_the_call_to_call_spread():
+    """measure_noise on x2 with timing.window_ms 500 and then 0 (10 iterations), back to back on one lease;
+    500 and 250 ms back to back on a later lease. ub.te and no overlap, 7 calls each, every op >= 1 ms."""
+    w500, s500 = _worst_spread(_noise("noise-window500"))
+    w0, s0 = _worst_spread(_noise("noise-window0"))
+    assert w500 <= 0.032 and w0 > 0.10                    # 3.1% against 11.7% (qkv ub.te)
+    assert s500["qkv/gpu"] < s0["qkv/gpu"] / 3 and s500["fc1/gpu:none"] < s0["fc1/gpu:none"] / 2
+    b500, _ = _worst_spread(_noise("noise-lease2-window500"))
+    b250, _ = _worst_spread(_noise("noise-lease2-window250"))
+    assert b500 <= 0.032 and b250 > 2 * b500              # 3.1% against 9.0%
+    for name in ("noise-window500", "noise-lease2-window500"):
+        for key, rows in _noise(name)["calls"].items():
+            if key.split("/")[1].startswith("gpu"):
+                for r in rows:
+                    assert r["host_ahead"] and r["batches"][0]["check"] in ("lead", "queue")
+                    # the window: ~500 ms of GPU time (its iterations are sized from the probe's GPU time)
+                    assert len(r["iterations_ms"]) * r["ms"] >= 450
+
+
+def test_inside_batch_steps_are_not_what_nvml_reports_as_the_sm_clock():
+    """The per-iteration SM clock beside 40-iteration batches: qkv ub.te stepped by > 5% and fc2 no overlap
+    by > 15% inside one batch while NVML's clock for those iterations moved by < 1%."""
+    d = _noise("noise-iterclock40")
+
+    def steps(key):
+        for r in d["calls"][key]:
+            its, mhz = r["iterations_ms"], r["iter_mhz"]
+            idx = [i for i, c in enumerate(mhz) if c]
+            lo, hi = min(idx, key=its.__getitem__), max(idx, key=its.__getitem__)
+            yield its[hi] / its[lo] - 1, abs(mhz[hi] / mhz[lo] - 1)
+    assert any(t > 0.05 and c < 0.01 for t, c in steps("qkv/gpu"))
+    assert any(t > 0.15 and c < 0.01 for t, c in steps("fc2/gpu:none"))
+
+
+STABILITY_V3 = ROOT / "results" / "stability-llama3-70b-x2-v3"
+
+
+def test_stability_with_the_window_same_answers_or_named_ties():
+    """Three runs of config/gpu/h200x2-llama3-70b.yaml in a row on one x2 lease with the 500 ms window: the
+    same model TP and the same setting for proj, fc1, fc2; qkv's choices differ and the reports name them
+    as ties; the bound below every setting of every TP point; every batch with the host ahead."""
+    import csv
+
+    dec = {r: json.loads((STABILITY_V3 / r / "decisions.json").read_text()) for r in REPS}
+    assert {d["meta"]["model_tp"] for d in dec.values()} == {2}
+    win = {r: {op: o["winner"]["case"] for op, o in d["ops"].items()} for r, d in dec.items()}
+    for op in ("proj", "fc1", "fc2"):
+        assert len({w[op] for w in win.values()}) == 1
+    reports = {r: (STABILITY_V3 / r / "report.md").read_text() for r in REPS}
+    ties = {r: next(line for line in rep.splitlines() if line.startswith("- qkv:")) for r, rep in reports.items()}
+    assert f"`{win['rep3']['qkv']}`" in ties["rep1"] and f"`{win['rep1']['qkv']}`" in ties["rep3"]
+    assert f"`{win['rep1']['qkv']}`" in ties["rep2"]
+    for r in REPS:
+        rows = [x for x in csv.DictReader((STABILITY_V3 / r / "measurements.csv").open()) if x["status"] == "ok"]
+        assert len(rows) == 52 and all(x["host_ahead"] == "true" for x in rows)
+        for sess in {x["session"] for x in rows if x["session"].endswith("/point")}:
+            ms = {x["variant"]: float(x["median_ms"]) for x in rows if x["session"] == sess}
+            assert all(ms["nocomm"] < v for k, v in ms.items() if k != "nocomm"), sess
+        assert 180 <= int((STABILITY_V3 / r / "wall_s.txt").read_text()) <= 195
