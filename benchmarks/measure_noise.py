@@ -82,6 +82,9 @@ def main(argv=None) -> int:
                     help="setting to measure (default ub.te on te, none on torch); OP=VARIANT sets one op's "
                          "(repeatable), e.g. --variant qkv=ub.te+dgrad.ring --variant proj=ub.te+fprop.ring")
     ap.add_argument("--calls", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds per call, each building the layer afresh; a call's figure is their median, as "
+                         "for a case in a tuning session (min_rounds there)")
     ap.add_argument("--iters", type=int, default=None, help="timed iterations per call (default: the config's)")
     ap.add_argument("--against", default=None,
                     help="second setting timed in every call for the per-call ratio (default none; '' for no ratio)")
@@ -116,7 +119,8 @@ def main(argv=None) -> int:
                     key = f"{mode}:{v}" if k >= 2 else mode
                     case = make_case(op, tp, v)
                     op_settings = dict(s.op_settings(op))
-                    timing = dict(op_settings["timing"], mode=mode, min_rounds=1, max_rounds=1, profile_steps=0)
+                    timing = dict(op_settings["timing"], mode=mode, min_rounds=a.rounds, max_rounds=a.rounds,
+                                  profile_steps=0)
                     if a.iters:
                         timing["iters"] = a.iters
                     if a.preroll_ms is not None:
@@ -138,7 +142,7 @@ def main(argv=None) -> int:
                         "iterations_ms": run["timing"]["total_ms"]["samples"]})
     window = s.config["timing"].get("window_ms", 0) if a.window_ms is None else a.window_ms
     print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
-          f"{s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call"
+          f"{a.rounds} round(s) of {s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call"
           f"{f' or {window:.0f} ms of a GPU-bound op' if window else ''} ({time.monotonic() - t0:.0f} s)")
     print(f"{'op':5} {'mode':7} {'median ms':>10} {'spread':>7} {'min':>8} {'max':>8} {'host ms':>8} "
           f"{'host ahead':>10} {'SM MHz':>11} {'cycles spread':>13} {'iters':>5}")
