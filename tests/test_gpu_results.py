@@ -426,6 +426,9 @@ def test_a_500_ms_window_narrows_the_call_to_call_spread():
     w0, s0 = _worst_spread(_noise("noise-window0"))
     assert w500 <= 0.032 and w0 > 0.10                    # 3.1% against 11.7% (qkv ub.te)
     assert s500["qkv/gpu"] < s0["qkv/gpu"] / 3 and s500["fc1/gpu:none"] < s0["fc1/gpu:none"] / 2
+    c500, _ = _worst_spread(_noise("noise-lease3-window500-rounds2"))       # two builds per call, lease C
+    assert c500 <= 0.03
+    assert all(len(r["batches"]) == 2 for r in _noise("noise-lease3-window500-rounds2")["calls"]["qkv/gpu"])
     b500, _ = _worst_spread(_noise("noise-lease2-window500"))
     b250, _ = _worst_spread(_noise("noise-lease2-window250"))
     assert b500 <= 0.032 and b250 > 2 * b500              # 3.1% against 9.0%
