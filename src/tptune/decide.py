@@ -123,6 +123,7 @@ def batch_step(point: dict) -> float | None:
     round's median with it. Halves, not max/min: a 500 ms window (timing.window_ms) holds a short
     power-management episode in nearly every batch, which its median rides out. Rounds are the
     consecutive runs of the samples, one batch each (``round_iters`` long where recorded)."""
+    import itertools
     import statistics
 
     tot = (point.get("timing") or {}).get("total_ms") or {}
@@ -134,9 +135,8 @@ def batch_step(point: dict) -> float | None:
         counts = [len(samples) // n] * n
     if not samples or sum(counts) != len(samples):
         return None
-    starts = [sum(counts[:i]) for i in range(len(counts))]
     steps = []
-    for a, k in zip(starts, counts):
+    for a, k in zip(itertools.accumulate(counts, initial=0), counts):
         if k < 2:
             continue
         first, second = statistics.median(samples[a:a + k // 2]), statistics.median(samples[a + k // 2:a + k])

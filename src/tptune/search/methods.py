@@ -185,12 +185,11 @@ def gemm_knob_values(name: str, entry: dict, group: str, config: dict | None = N
         ms = [x for x in ("ring_exchange", "pipeline") if x in allowed_methods(name)]
         return ms if len(ms) > 1 else []
     if group == "rs_dgrad":
-        from .ubcfg import is_rs_dgrad
         op, gemm = name.split("_", 1)
         if op not in COLUMN_OPS or gemm != "dgrad":
             return []
         vals = sorted(set(cfg["rs_dgrad"]))
-        return vals if len(vals) > 1 or vals[0] != int(is_rs_dgrad(name, m)) else []
+        return vals if len(vals) > 1 or vals[0] != current_value(entry, group) else []
     if group == "priority":
         return [tuple(p) for p in cfg["priority"]]
     if group == "use_ce":

@@ -13,6 +13,7 @@ clock figures.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import statistics
 
@@ -111,24 +112,22 @@ def summarize(samples: list[tuple[int, int, float, int]], at: list[float] | None
 def per_window(at: list[float], values: list[float], windows: list[tuple[float, float]]) -> list[float | None]:
     """The mean of the samples taken inside each window (t0, t1); a window no sample fell in gets the
     sample nearest its middle if that lies within 1.5 window lengths of it, else None (the host samples
-    only once it has enqueued the batch, so a long batch's first iterations may have none).
+    only once it has enqueued the batch, so a long batch's first iterations may have none). ``at`` is
+    ascending (sampling order), so each window is a bisection, not a scan: a 500 ms window has hundreds
+    of iterations and samples, and this runs after every batch.
     Why per iteration: a step of GPU time inside one batch that the clock steps with is the card's
     clock management; one the clock does not follow is not (or not one NVML reports)."""
     out = []
     for t0, t1 in windows:
-        inside = [v for t, v in zip(at, values) if t0 <= t <= t1]
+        lo, hi = bisect.bisect_left(at, t0), bisect.bisect_right(at, t1)
+        inside = values[lo:hi]
         if not inside and at:
             mid = (t0 + t1) / 2
-            t, v = min(zip(at, values), key=lambda tv: abs(tv[0] - mid))
-            inside = [v] if abs(t - mid) <= 1.5 * (t1 - t0) else []
+            near = [i for i in (lo - 1, lo) if 0 <= i < len(at)]
+            i = min(near, key=lambda j: abs(at[j] - mid))
+            inside = [values[i]] if abs(at[i] - mid) <= 1.5 * (t1 - t0) else []
         out.append(round(sum(inside) / len(inside), 1) if inside else None)
     return out
-
-
-def clock_step(iter_mhz: list[float | None] | None) -> float | None:
-    """max/min - 1 of a batch's per-iteration SM clock (None without one)."""
-    xs = [x for x in iter_mhz or [] if x]
-    return max(xs) / min(xs) - 1 if xs else None
 
 
 def _span(recs: list[dict]) -> dict:
@@ -146,7 +145,7 @@ def merge_ranks(records: list[dict | None]) -> dict | None:
     merged = {"sm_mhz": min(r["sm_mhz"] for r in recs), **_span(recs), "power_w": max(r["power_w"] for r in recs),
               "samples": min(r["samples"] for r in recs)}
     iters = [r.get("iter_mhz") for r in recs]
-    if iters and all(iters) and len({len(x) for x in iters}) == 1:
+    if all(iters) and len({len(x) for x in iters}) == 1:
         merged["iter_mhz"] = [min((x for x in v if x), default=None) for v in zip(*iters)]
     return merged
 

@@ -50,6 +50,7 @@ On CPU the host is the device: wall-clock marks per iteration, host_ms = the ite
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -218,7 +219,7 @@ def timed_iters(iters: int, host_ms: float, gpu_ms: float, window_ms: float) -> 
     op keeps ``iters``: its host must enqueue the whole batch during the hold."""
     if window_ms <= 0 or not gpu_bound(host_ms, gpu_ms):
         return iters
-    return max(iters, min(WINDOW_MAX_ITERS, int(-(-window_ms // max(gpu_ms, 1e-3)))))
+    return max(iters, min(WINDOW_MAX_ITERS, math.ceil(window_ms / max(gpu_ms, 1e-3))))
 
 
 def needed_sleep_ms(host_ms: float, gpu_ms: float, iters: int, preroll: int) -> float:
@@ -246,7 +247,7 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_
     agreed, gpu_agreed = _allreduce_host([host_probe, gpu_probe], ctx.cpu_group, dist.ReduceOp.MAX)
     iters = timed_iters(iters, agreed, gpu_agreed, window_ms)     # agreed values: every rank runs as many
     preroll_max = max(PREROLL_MAX, int(PREROLL_MAX * preroll_ms / PREROLL_MS))   # scales with a longer pre-roll
-    preroll = int(min(preroll_max, max(PREROLL_MIN, -(-preroll_ms // max(gpu_agreed, 1e-3)))))
+    preroll = min(preroll_max, max(PREROLL_MIN, math.ceil(preroll_ms / max(gpu_agreed, 1e-3))))
     sleep_ms = needed_sleep_ms(agreed, gpu_agreed, iters, preroll)
     align = torch.zeros(1, device=ctx.device)
     attempts = []
@@ -266,9 +267,9 @@ def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_
         idle: list = []
         marks = _event_iterations(bench, iters, idle)
         t_end = time.perf_counter()
-        samples, at = _sample_clock_until(_clock(ctx.device), marks[0][0], marks[-1][2])
+        clock_samples, at = _sample_clock_until(_clock(ctx.device), marks[0][0], marks[-1][2])
         ctx.sync()
-        clock = gpu_clock.summarize(samples, at, iteration_windows(t0, s0, marks)) if samples else None
+        clock = gpu_clock.summarize(clock_samples, at, iteration_windows(t0, s0, marks)) if clock_samples else None
         slept = s0.elapsed_time(s1)
         enqueue_ms = (t_end - t0) * 1e3
         # host_ms of the batch is capped by the launch queue once the pre-roll fills it: the probe's
