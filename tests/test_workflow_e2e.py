@@ -85,6 +85,10 @@ def test_report_and_configs(finished):
     assert point["rounds"] >= 2 and all(len(o) >= 1 for o in point["order"])
     assert point["order"][0] != point["order"][1]  # alternating rounds: the order rotates
     assert point["canary"]["case"] == "fc2-tp2-none" and point["canary"]["ms"] > 0
+    # the TP point decides at the noise floor; a search step wins at decision.step_margin, ties at the floor
+    assert point["margin"] == 0.02 and "tie_margin" not in point
+    step = json.loads(next((run / "sessions").glob("*/tp2/*/step0/session.json")).read_text())
+    assert (step["margin"], step["tie_margin"]) == (0.01, 0.02)
     for rec in decisions["ops"].values():
         assert rec["rounds"] >= 2 and rec["session"] == "qkv/tp2/point" or rec["op"] != "qkv"
     assert "drift canary" in report.lower() and "## Memory" in report and "## Sessions" in report

@@ -79,17 +79,19 @@ def cmd_profile(a) -> int:
 
 
 def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contenders=None,
-                     evidence: bool = True, always=None) -> dict:
+                     evidence: bool = True, always=None, margins: tuple[float, float] | None = None) -> dict:
     """Measure ``cases`` side by side in one session (launch.Launcher.session). The drift canary opens
     the sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see
     the machine drift over a run, and a bisection step's two points are compared within their session."""
     from .launch import Launcher
     from .workflow import canary_case
 
+    # margins (win, tie): a search step's (workflow.step_margins); else the noise floor for both
+    margin, tie_margin = margins or (s.config["decision"]["noise_floor"], None)
     rec = Launcher(s.launcher_settings()).session(
         cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
-        contenders=contenders, canary=canary_case(s, tp) if evidence else None, margin=s.config["decision"]["noise_floor"],
-        faults=s.config.get("faults", {}), evidence=evidence, always=always)
+        contenders=contenders, canary=canary_case(s, tp) if evidence else None, margin=margin,
+        tie_margin=tie_margin, faults=s.config.get("faults", {}), evidence=evidence, always=always)
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))
@@ -120,7 +122,7 @@ def cmd_search_step(a) -> int:
 
 
 def cmd_measure_step(a) -> int:
-    from .workflow import session_dir, step_cases, step_session_name
+    from .workflow import session_dir, step_cases, step_margins, step_session_name
 
     s = _settings(a.config, check_hardware=True)
     prev = json.loads(Path(a.prev).read_text()) if a.prev else None
@@ -128,7 +130,8 @@ def cmd_measure_step(a) -> int:
     if not cases:
         raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
     _measure_session(s, s.op_settings(a.op), a.tp, cases,
-                     session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)), evidence=False)
+                     session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)), evidence=False,
+                     margins=step_margins(s))
     return 0
 
 

@@ -36,8 +36,11 @@ def references(s: Settings, op: str, tp: int) -> dict[str, dict]:
 
 def planner_args(s: Settings, op: str, tp: int) -> dict:
     """Keyword arguments of knobs.plan_next/plan_result for (op, TP) of this run."""
+    from .workflow import step_margins
+
+    win, floor = step_margins(s)
     return {"references": references(s, op, tp), "config": s.op_settings(op)["search"].get("knobs"),
-            "workload": s.model.workload.ub_rules, "floor": s.config["decision"]["noise_floor"]}
+            "workload": s.model.workload.ub_rules, "floor": floor, "win": win}
 
 
 def first_session(s: Settings, op: str, tp: int) -> Session:

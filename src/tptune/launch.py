@@ -285,7 +285,7 @@ class Launcher:
     def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
                 session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
                 margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
-                evidence: bool = True, always: list[str] | None = None) -> dict:
+                evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
         adding rounds until every contender clears the margin against the leader or the round budget is
         spent. Writes <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which
@@ -293,7 +293,8 @@ class Launcher:
         ``evidence``: record each member's profiler traces and numerics check in its first round (the
         TP point's finalists need them; a search step's points do not). ``always``: members measured
         in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned
-        block, which every other block is compared to."""
+        block, which every other block is compared to. ``tie_margin``: a resolved tie's margin where it
+        differs from ``margin`` (a search step: rounds.Ratio.outcome)."""
         from .search.rounds import rotation, session_state, should_stop
 
         faults = faults or {}
@@ -312,7 +313,7 @@ class Launcher:
         attempts: dict[str, list] = {c.id: [] for c in members}
         failed: dict[str, dict] = {}
         order_log, canary_rec, stop_reason = [], None, ""
-        state = session_state({}, contenders, margin)
+        state = session_state({}, contenders, margin, tie_margin=tie_margin)
         active = list(members)
         t_start, wall0 = time.time(), time.monotonic()
         with self.pool.acquire(tp, prefer=self._warm_sets(tp)) as gpus:
@@ -336,7 +337,8 @@ class Launcher:
                 r += 1
                 active = [c for c in active if c.id not in failed]
                 points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
-                state = session_state(points, contenders, margin, leader_among=[c.id for c in active])
+                state = session_state(points, contenders, margin, leader_among=[c.id for c in active],
+                                      tie_margin=tie_margin)
                 stop, stop_reason = should_stop(state, r, min_r, max_r)
                 if stop:
                     break
@@ -358,7 +360,7 @@ class Launcher:
             run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
         rec = {"session": session_id, "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
                "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
-               "margin": margin, "stop": stop_reason, "leader": state.leader,
+               "margin": margin, **({"tie_margin": tie_margin} if tie_margin is not None else {}), "stop": stop_reason, "leader": state.leader,
                "ratios_to_leader": {c: (x.to_dict() if x else None) for c, x in state.ratios.items()},
                "failed": sorted(failed), "canary": canary_rec, "started": t_start,
                "wall_s": time.monotonic() - wall0, "held_s": held,

@@ -84,11 +84,20 @@ def search_mode(s: Settings, op: str) -> str:
     return s.op_settings(op)["search"].get("mode", "bisect")
 
 
+def step_margins(s: Settings) -> tuple[float, float]:
+    """(win, tie) margins of a search step's paired comparison: a value wins beyond
+    decision.step_margin, a resolved tie lies within decision.noise_floor. A run recorded without
+    step_margin (before it existed) replays with the noise floor for both, as it was measured."""
+    d = s.config["decision"]
+    return float(d.get("step_margin", d["noise_floor"])), float(d["noise_floor"])
+
+
 def next_values(s: Settings, op: str, dim: Dimension, measured: dict, pairs: dict | None = None) -> list:
     if search_mode(s, op) in ("grid", "joint"):
         return [v for v in dim.candidates if v not in measured] if len(dim.candidates) > 1 else []
-    floor = s.config["decision"]["noise_floor"]
-    return bisect.next_points(dim.candidates, measured, floor=floor, pairs=pairs if pairs is not None else {})
+    win, floor = step_margins(s)
+    return bisect.next_points(dim.candidates, measured, floor=floor, pairs=pairs if pairs is not None else {},
+                              win=win)
 
 
 def read_point(run_json: str | Path) -> dict:
@@ -160,7 +169,8 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
             best = next(v for v in dim.candidates if measured[v] is champion)
             path = [{"step": 1, "compared": list(dim.candidates), "kept": [best], "comparisons": comparisons}]
         else:
-            best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs)
+            best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs,
+                                       win=step_margins(s)[0])
         rec.update({"best": best, "best_case": dim.case_of(best).id, "path": path})
     return rec
 

@@ -23,24 +23,25 @@ from .noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 
 
 def next_points(candidates: Sequence[Hashable], measured: dict, *, floor: float = DEFAULT_FLOOR,
-                k: float = DEFAULT_K, pairs: dict | None = None) -> list:
-    """Values to measure next (at most two, in candidate order); empty when the search is done."""
-    todo, _, _ = _replay(candidates, measured, floor, k, pairs)
+                k: float = DEFAULT_K, pairs: dict | None = None, win: float | None = None) -> list:
+    """Values to measure next (at most two, in candidate order); empty when the search is done.
+    ``win``: the margin a step's paired comparison wins beyond (noise.compare_points)."""
+    todo, _, _ = _replay(candidates, measured, floor, k, pairs, win)
     return todo
 
 
 def result(candidates: Sequence[Hashable], measured: dict, *, floor: float = DEFAULT_FLOOR,
-           k: float = DEFAULT_K, pairs: dict | None = None) -> tuple:
+           k: float = DEFAULT_K, pairs: dict | None = None, win: float | None = None) -> tuple:
     """(best value, path). ``path`` has one record per step: the interval searched, the two values
     compared (their points were first needed in that step), the comparison and the half kept.
     Raises ValueError while points are still missing."""
-    todo, best, path = _replay(candidates, measured, floor, k, pairs)
+    todo, best, path = _replay(candidates, measured, floor, k, pairs, win)
     if todo:
         raise ValueError(f"search not finished: measure {todo} next")
     return best, path
 
 
-def _replay(candidates, measured, floor, k, pairs=None):
+def _replay(candidates, measured, floor, k, pairs=None, win=None):
     cands = list(candidates)
     if not cands:
         raise ValueError("no candidates to search")
@@ -61,7 +62,7 @@ def _replay(candidates, measured, floor, k, pairs=None):
             if missing:
                 return missing, None, path
             p_left, p_right = measured[left], measured[right]
-        cmp = compare_points(p_left, p_right, floor=floor, k=k, tie="a")
+        cmp = compare_points(p_left, p_right, floor=floor, k=k, tie="a", win=win)
         interval = [cands[lo], cands[hi]]
         if cmp.winner == "b":
             lo = mid + 1

@@ -83,25 +83,26 @@ def setting_case(op: str, tp: int, cfgs: dict) -> str:
 
 
 def plan_next(op: str, tp: int, references: dict[str, dict], measured: dict, config: dict | None = None,
-              *, workload: str = "bf16", floor: float = DEFAULT_FLOOR) -> Session | None:
-    """The next session to measure, or None when the search is done."""
+              *, workload: str = "bf16", floor: float = DEFAULT_FLOOR, win: float | None = None) -> Session | None:
+    """The next session to measure, or None when the search is done. ``win``: the margin a knob value
+    wins beyond in its session (decision.step_margin; ties still within ``floor``)."""
     try:
-        _replay(op, tp, references, measured, config, workload, floor)
+        _replay(op, tp, references, measured, config, workload, floor, win)
     except _Need as need:
         return need.session
     return None
 
 
 def plan_result(op: str, tp: int, references: dict[str, dict], measured: dict, config: dict | None = None,
-                *, workload: str = "bf16", floor: float = DEFAULT_FLOOR) -> SearchResult:
+                *, workload: str = "bf16", floor: float = DEFAULT_FLOOR, win: float | None = None) -> SearchResult:
     """The finished search; ValueError while a session is still missing."""
     try:
-        return _replay(op, tp, references, measured, config, workload, floor)
+        return _replay(op, tp, references, measured, config, workload, floor, win)
     except _Need as need:
         raise ValueError(f"search not finished: measure session {need.session.label} next") from None
 
 
-def _replay(op, tp, references, measured, config, workload, floor):
+def _replay(op, tp, references, measured, config, workload, floor, win=None):
     cfg = knob_config(config)
     if not references:
         raise ValueError("no reference configs to start from")
@@ -126,7 +127,7 @@ def _replay(op, tp, references, measured, config, workload, floor):
         order = list(ids)
         fastest = min(order, key=lambda i: center(pts[i]))
         keep = next(i for i in order if i == fastest or compare_points(pts[i], pts[fastest], floor=floor,
-                                                                          tie="a").winner == "a")
+                                                                          tie="a", win=win).winner == "a")
         res.path.append({"session": label, "compared": order, "kept": keep})
         return ids[keep]
 
@@ -159,13 +160,14 @@ def _replay(op, tp, references, measured, config, workload, floor):
                 if joint_done:
                     continue
                 joint_done = True
-                inc = _joint(op, tp, group, bulk_pair, inc, cfg, config, workload, floor, session, pick, measured)
+                inc = _joint(op, tp, group, bulk_pair, inc, cfg, config, workload, (floor, win), session, pick,
+                             measured)
                 continue
             vals = _values(name, inc, group, config, workload)
             if len(vals) < 2:
                 continue
             if group in UNIMODAL_GROUPS:
-                best_v = _bisect(op, tp, group, name, inc, vals, measured, floor, session)
+                best_v = _bisect(op, tp, group, name, inc, vals, measured, (floor, win), session)
                 cur = current_value(inc[name], group)
                 opts = sorted({cur, best_v}, key=lambda v: vals.index(v) if v in vals else len(vals))
                 _, inc = pick(f"{group}:{name}:confirm", [(v, with_knob(inc, name, group, v)) for v in opts])
@@ -191,27 +193,28 @@ def _values(name, inc, group, config, workload):
     return vals
 
 
-def _bisect(op, tp, group, name, inc, vals, measured, floor, session):
+def _bisect(op, tp, group, name, inc, vals, measured, margins, session):
+    floor, win = margins
     pairs = {}
     while True:
-        todo = bisect.next_points(vals, {}, floor=floor, pairs=pairs)
+        todo = bisect.next_points(vals, {}, floor=floor, pairs=pairs, win=win)
         if not todo:
-            return bisect.result(vals, {}, floor=floor, pairs=pairs)[0]
+            return bisect.result(vals, {}, floor=floor, pairs=pairs, win=win)[0]
         left, right = todo
         cl, cr = (setting_case(op, tp, with_knob(inc, name, group, v)) for v in (left, right))
         pts = session(f"{group}:{name}:{left}-{right}", [cl, cr])
         pairs[(left, right)] = (pts[cl], pts[cr])
 
 
-def _joint(op, tp, group, pair, inc, cfg, config, workload, floor, session, pick, measured):
+def _joint(op, tp, group, pair, inc, cfg, config, workload, margins, session, pick, measured):
     d, w = pair
     vd, vw = (_values(g, inc, group, config, workload) for g in pair)
     if len(vd) < 2 and len(vw) < 2:
         return inc
     vd, vw = vd or [current_value(inc[d], group)], vw or [current_value(inc[w], group)]
     if group in UNIMODAL_GROUPS:
-        bd = _bisect(op, tp, group, d, inc, vd, measured, floor, session) if len(vd) > 1 else vd[0]
-        bw = _bisect(op, tp, group, w, inc, vw, measured, floor, session) if len(vw) > 1 else vw[0]
+        bd = _bisect(op, tp, group, d, inc, vd, measured, margins, session) if len(vd) > 1 else vd[0]
+        bw = _bisect(op, tp, group, w, inc, vw, measured, margins, session) if len(vw) > 1 else vw[0]
         cd, cw = current_value(inc[d], group), current_value(inc[w], group)
         grid = [(a, b) for a in dict.fromkeys(sorted({cd, bd})) for b in dict.fromkeys(sorted({cw, bw}))]
         label = f"{group}:{d}+{w}:confirm"

@@ -18,7 +18,8 @@ Failed points are infinitely slow: they lose to any point that ran, and tie with
 Points measured in rounds (run.json timing.total_ms.rounds, every GPU/CPU session since the
 side-by-side harness) are compared by their ratio interval instead (search.rounds): a wins when the
 interval of a/b lies entirely below 1 - floor, b when entirely above 1 + floor, and anything else
-is a tie (resolved when the interval lies within the margin, undecided otherwise). The sample
+is a tie (resolved when the interval lies within the margin, undecided otherwise); a search step
+wins at its own, smaller margin (``win``). The sample
 rule above remains for points without rounds (hand-built points, sums).
 """
 from __future__ import annotations
@@ -113,6 +114,7 @@ class Comparison:
     reason: str           # "faster" | "tie: cheaper" | "tie: preferred"
     ratio: Ratio | None = None    # a/b with its interval and rounds (points measured in rounds)
     resolved: bool = True         # False: the interval straddles the margin (undecided -> tie)
+    tie_margin: float | None = None   # a resolved tie's margin where it differs from ``margin`` (search steps)
 
     @property
     def winner_case(self) -> str | None:
@@ -123,18 +125,24 @@ class Comparison:
                 "b": {"case": self.case_b, "median_ms": _finite(self.median_b)},
                 "margin": self.margin, "outcome": self.outcome,
                 "winner": self.winner_case, "winner_side": self.winner, "reason": self.reason,
-                **({"ratio": self.ratio.to_dict()} if self.ratio else {}), "resolved": self.resolved}
+                **({"ratio": self.ratio.to_dict()} if self.ratio else {}), "resolved": self.resolved,
+                **({"tie_margin": self.tie_margin} if self.tie_margin is not None else {})}
 
 
 def compare_points(a: dict | None, b: dict | None, *, floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K,
-                   tie: str = "cheaper") -> Comparison:
+                   tie: str = "cheaper", win: float | None = None) -> Comparison:
     """Compare two points; on a tie the winner is the cheaper case (``tie="cheaper"``, needs case
-    ids) or the side named by ``tie`` ("a" or "b", for callers that know the order of cost)."""
+    ids) or the side named by ``tie`` ("a" or "b", for callers that know the order of cost).
+    ``win``: for points paired by rounds of one session, the margin a side wins beyond (a search
+    step's decision.step_margin); a resolved tie still lies within ``floor``. Unpaired points, whose
+    intervals do not carry the drift between sessions, always use ``floor``."""
     ratio = ratio_of(a, b) if point_ok_both(a, b) else None
-    resolved = True
+    resolved, tie_m = True, None
     if ratio is not None and ratio.rounds >= 2:
         m = floor
-        out, resolved = ratio.outcome(m)
+        if win is not None and ratio.paired and win != floor:
+            m, tie_m = win, floor
+        out, resolved = ratio.outcome(m, tie_m)
     else:
         ratio = None
         m = margin(a, b, floor, k)
@@ -153,7 +161,7 @@ def compare_points(a: dict | None, b: dict | None, *, floor: float = DEFAULT_FLO
     if not out and not resolved:
         reason = reason.replace("tie:", "undecided (tie):")
     return Comparison(point_case(a), point_case(b), point_median(a), point_median(b), m, out, winner, reason,
-                      ratio, resolved)
+                      ratio, resolved, tie_m)
 
 
 def point_ok_both(a: dict | None, b: dict | None) -> bool:

@@ -15,8 +15,10 @@ sessions into the interval; decisions never need that except across TP sizes.
 A comparison *clears the margin* m when its interval lies entirely on one side:
     hi < 1 - m        a is faster              (outcome -1)
     lo > 1 + m        a is slower              (outcome +1)
-    1-m <= lo, hi <= 1+m   equivalent: a tie    (outcome 0, resolved)
+    1-t <= lo, hi <= 1+t   equivalent: a tie    (outcome 0, resolved; t the tie margin, m unless given)
     otherwise         undecided: more rounds, or at the budget's end a tie (outcome 0, unresolved)
+A search step between two values of one knob wins at a smaller m than it ties at (decision.step_margin
+against decision.noise_floor, workflow.step_margins): see config/config.yaml for why.
 """
 from __future__ import annotations
 
@@ -54,13 +56,15 @@ class Ratio:
     rounds: int
     paired: bool
 
-    def outcome(self, margin: float) -> tuple[int, bool]:
-        """(-1 a faster | +1 a slower | 0 tie, resolved?) against the margin (module doc)."""
+    def outcome(self, margin: float, tie_margin: float | None = None) -> tuple[int, bool]:
+        """(-1 a faster | +1 a slower | 0 tie, resolved?): a side wins beyond ``margin``; a resolved tie
+        lies within ``tie_margin`` (default: ``margin``) (module doc)."""
+        tie = margin if tie_margin is None else tie_margin
         if self.hi < 1 - margin:
             return -1, True
         if self.lo > 1 + margin:
             return 1, True
-        if self.lo >= 1 - margin and self.hi <= 1 + margin:
+        if self.lo >= 1 - tie and self.hi <= 1 + tie:
             return 0, True
         return 0, False
 
@@ -145,10 +149,10 @@ class SessionState:
 
 
 def session_state(points: dict[str, dict], contenders: list[str], margin: float,
-                  leader_among: list[str] | None = None) -> SessionState:
+                  leader_among: list[str] | None = None, tie_margin: float | None = None) -> SessionState:
     """Leader = the contender with the smallest centre (among ``leader_among`` when given and any of
     them has rounds: the contenders still measured, so a dropped one cannot lead on stale rounds);
-    each other contender against it."""
+    each other contender against it (Ratio.outcome(margin, tie_margin))."""
     ok = [c for c in contenders if point_rounds(points.get(c))]
     if not ok:
         return SessionState(None, {}, {}, [])
@@ -160,7 +164,7 @@ def session_state(points: dict[str, dict], contenders: list[str], margin: float,
             continue
         r = ratio_of(points[c], points[leader])
         ratios[c] = r
-        out, done = r.outcome(margin) if r else (0, False)
+        out, done = r.outcome(margin, tie_margin) if r else (0, False)
         resolved[c] = done
         if done and out > 0:
             losers.append(c)
