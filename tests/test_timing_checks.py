@@ -74,3 +74,14 @@ def test_iteration_windows_place_each_iteration_in_host_time():
     start = Ev(0.0)
     marks = [(Ev(100.0), Ev(101.0), Ev(103.5)), (Ev(103.5), Ev(104.5), Ev(107.0))]
     assert iteration_windows(10.0, start, marks) == [(10.1, 10.1035), (10.1035, 10.107)]
+
+
+def test_preroll_counts_the_warm_up_and_probe_iterations_run_just_before():
+    from tptune.worker.timing import PREROLL_MAX, PREROLL_MIN, preroll_iters
+
+    assert preroll_iters(150, 3.6) == 42                     # qkv on x2, nothing run before
+    assert preroll_iters(150, 3.6, warm_iters=6) == 36       # 22 ms of warm-up + probe already ran
+    assert preroll_iters(150, 18.0, warm_iters=6) == 3       # fc1: 108 of the 150 ms
+    assert preroll_iters(150, 30.0, warm_iters=6) == PREROLL_MIN   # the warm-up alone covers it
+    assert preroll_iters(150, 0.5, warm_iters=6) == PREROLL_MAX    # a tiny op: capped
+    assert preroll_iters(1000, 0.5) == 400                   # the cap scales with a longer pre-roll

@@ -72,7 +72,7 @@ def run_case(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_
         dist.barrier(group=ctx.cpu_group)
         batch = timed_batch(bench, ctx, timing["iters"], timing.get("mode", "gpu"),
                             preroll_ms=timing.get("preroll_ms", PREROLL_MS),
-                            window_ms=timing.get("window_ms", WINDOW_MS))
+                            window_ms=timing.get("window_ms", WINDOW_MS), warmed=timing["warmup"])
         t_measure = time.perf_counter() - t0 - t_init
         trace = None
         if settings.get("profile") and timing.get("profile_steps"):

@@ -8,7 +8,8 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
    ranks agree on both (all-reduce MAX), so every rank sizes its lead alike and no rank waits in its
    timed window for a peer that was held longer.
 2. The stream is held by a short sleep, then runs untimed pre-roll iterations of the bench itself
-   (at least PREROLL_MS of its GPU work), then the timed iterations: ``iters``, or for a GPU-bound op
+   (PREROLL_MS of its GPU work with the warm-up and probe iterations run just before, which count
+   toward it: on fc1 they are 110 of the 150 ms), then the timed iterations: ``iters``, or for a GPU-bound op
    (host < GPU / FED_MARGIN) as many as fill WINDOW_MS of GPU time (timed_iters says why). The sleep is
    sized so that the host enqueues the pre-roll (GPU-bound: its lead then grows through the timed
    iterations) or everything (host-bound) before the GPU leaves the pre-roll; for GPU-bound ops the
@@ -238,16 +239,25 @@ def retry_plan(sleep_ms: float, preroll: int, enqueue_ms: float, host_ms: float,
     return max(sleep_ms * 2, enqueue_ms * SAFETY + SLACK_MS, needed_sleep_ms(host_ms, gpu_ms, iters, preroll)), preroll
 
 
+def preroll_iters(preroll_ms: float, gpu_ms: float, warm_iters: int = 0) -> int:
+    """Untimed iterations before the timed ones: enough for ``preroll_ms`` of the op's GPU work, less the
+    ``warm_iters`` it ran just before (the warm-up and the probe: the same work, a few ms of idle away),
+    at least PREROLL_MIN; at most PREROLL_MAX (scaled with a longer pre-roll)."""
+    most = max(PREROLL_MAX, int(PREROLL_MAX * preroll_ms / PREROLL_MS))
+    left = preroll_ms - warm_iters * gpu_ms
+    return min(most, max(PREROLL_MIN, math.ceil(left / max(gpu_ms, 1e-3))))
+
+
 def gpu_batch(bench, ctx, iters: int, max_attempts: int = MAX_ATTEMPTS, preroll_ms: float = PREROLL_MS,
-              window_ms: float = WINDOW_MS) -> dict:
+              window_ms: float = WINDOW_MS, warmed: int = 0) -> dict:
     """CUDA: GPU time of ``iters`` iterations (or a ``window_ms`` window, timed_iters) enqueued while the
-    GPU is held (module doc)."""
+    GPU is held (module doc). ``warmed``: warm-up iterations run just before, which with the probe's
+    count toward the pre-roll."""
     cpms = cycles_per_ms(ctx.device)
     host_probe, gpu_probe = host_launch_ms(bench, ctx)
     agreed, gpu_agreed = _allreduce_host([host_probe, gpu_probe], ctx.cpu_group, dist.ReduceOp.MAX)
     iters = timed_iters(iters, agreed, gpu_agreed, window_ms)     # agreed values: every rank runs as many
-    preroll_max = max(PREROLL_MAX, int(PREROLL_MAX * preroll_ms / PREROLL_MS))   # scales with a longer pre-roll
-    preroll = min(preroll_max, max(PREROLL_MIN, math.ceil(preroll_ms / max(gpu_agreed, 1e-3))))
+    preroll = preroll_iters(preroll_ms, gpu_agreed, warmed + HOST_PROBE_ITERS)
     sleep_ms = needed_sleep_ms(agreed, gpu_agreed, iters, preroll)
     align = torch.zeros(1, device=ctx.device)
     attempts = []
@@ -305,10 +315,10 @@ def event_batch(bench, ctx, iters: int) -> dict:
 
 
 def timed_batch(bench, ctx, iters: int, mode: str = "gpu", preroll_ms: float = PREROLL_MS,
-                window_ms: float = WINDOW_MS) -> dict:
+                window_ms: float = WINDOW_MS, warmed: int = 0) -> dict:
     """mode "gpu": host-ahead GPU time (CUDA) / wall clock (CPU); "events": per-iteration events."""
     if not ctx.is_cuda:
         return wall_batch(bench, iters)
     if mode == "events":
         return event_batch(bench, ctx, iters)
-    return gpu_batch(bench, ctx, iters, preroll_ms=preroll_ms, window_ms=window_ms)
+    return gpu_batch(bench, ctx, iters, preroll_ms=preroll_ms, window_ms=window_ms, warmed=warmed)
