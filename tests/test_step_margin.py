@@ -96,3 +96,43 @@ def test_default_config_sets_the_step_margin_and_the_schema_checks_it(tmp_path):
     cfg["decision"]["step_margin"] = -0.01
     with pytest.raises(ConfigError, match="step_margin"):
         resolve(cfg, base_dir=ROOT, check_hardware=False)
+
+
+def _step(compared, kept, ratio, lo, hi, outcome, rounds=4):
+    return {"compared": compared, "kept": kept,
+            "comparison": {"outcome": outcome, "ratio": {"ratio": ratio, "lo": lo, "hi": hi, "rounds": rounds,
+                                                         "paired": True}}}
+
+
+def test_runner_up_is_the_last_value_compared_with_the_best_inside_the_floor():
+    from tptune.workflow import runner_up
+
+    # x2 qkv wgrad.bulk (this session's rep2): 8 kept at the 1% step margin, inside the 2% floor
+    path = [_step([8, 16], [1, 8], 0.994, 0.984, 1.005, 0), _step([2, 4], [4, 8], 1.262, 1.204, 1.323, 1),
+            _step([4, 8], [8, 8], 1.0138, 1.0108, 1.0169, 1)]
+    assert runner_up(path, 8, FLOOR) == 4
+    # the best cleared the floor in its last step: no runner-up
+    clear = path[:2] + [_step([4, 8], [8, 8], 1.029, 1.0205, 1.038, 1)]
+    assert runner_up(clear, 8, FLOOR) is None
+    # qkv dgrad.bulk: best 2 last met 1 (15% slower): none, though 2 tied 4 a step before
+    dg = [_step([8, 16], [1, 8], 0.996, 0.993, 0.999, 0), _step([2, 4], [1, 2], 1.003, 0.990, 1.016, 0),
+          _step([1, 2], [2, 2], 1.145, 1.135, 1.156, 1)]
+    assert runner_up(dg, 2, FLOOR) is None
+    # an interval without an upper end (one round) is undecided: near
+    assert runner_up([_step([1, 2], [1, 1], 1.0, 0.9, None, 0, rounds=1)], 1, FLOOR) == 2
+    assert runner_up([], 4, FLOOR) is None
+
+
+def test_tuned_combinations_take_the_runner_ups():
+    from tptune.workflow import tuned_cases
+
+    s = types.SimpleNamespace(backend="te", op_settings=lambda op: {"search": {"mode": "bisect"}})
+    results = {"fprop.ring_exchange": {"best_case": "qkv-tp2-ub.te+fprop.ring"},
+               "dgrad.bulk": {"best_case": "qkv-tp2-ub.te+dgrad.bulk.sm2"},
+               "wgrad.bulk": {"best_case": "qkv-tp2-ub.te+wgrad.bulk.sm4",
+                              "runner_up_case": "qkv-tp2-ub.te+wgrad.bulk.sm8"}}
+    ids = [c.id for c in tuned_cases(s, "qkv", 2, results)]
+    assert ids == ["qkv-tp2-ub.te+fprop.ring+dgrad.bulk.sm2+wgrad.bulk.sm4",
+                   "qkv-tp2-ub.te+fprop.ring+dgrad.bulk.sm2+wgrad.bulk.sm8"]
+    del results["wgrad.bulk"]["runner_up_case"]
+    assert len(tuned_cases(s, "qkv", 2, results)) == 1

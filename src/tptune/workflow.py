@@ -172,7 +172,29 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
             best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs,
                                        win=step_margins(s)[0])
         rec.update({"best": best, "best_case": dim.case_of(best).id, "path": path})
+        ru = runner_up(path, best, floor) if s.op_settings(op)["search"].get("runner_up") else None
+        if ru is not None:
+            rec["runner_up_case"] = dim.case_of(ru).id
     return rec
+
+
+def runner_up(path: list[dict], best, floor: float):
+    """The value the best was last compared with in a bisection, when that step did not clear the noise
+    floor (a tie there, or a win inside the floor at the step margin); else None. Such a step is a coin
+    for an effect near the margin, so the TP point decides it again beside the references."""
+    from .search.rounds import Ratio
+
+    for step in reversed(path):
+        if best not in step["compared"]:
+            continue
+        other = next(v for v in step["compared"] if v != best)
+        cmp, r = step["comparison"], step["comparison"].get("ratio")
+        if r and None not in (r.get("lo"), r.get("hi")):
+            near = Ratio(r["ratio"], r["lo"], r["hi"], r["rounds"], r["paired"]).outcome(floor)[0] == 0
+        else:
+            near = cmp["outcome"] == 0
+        return other if near else None
+    return None
 
 
 def canary_case(s: Settings, tp: int) -> Case:
@@ -223,7 +245,8 @@ def point_contenders(members: list[Case]) -> list[str]:
 def tuned_cases(s: Settings, op: str, tp: int, results: dict[str, dict]) -> list[Case]:
     """The combinations of the dimensions' winners: chunked.n<best> (torch); for TE, every GEMM's
     winning override on top of TE's defaults, one combination per choice of method where a GEMM has
-    several (e.g. qkv dgrad ring_exchange or bulk): the point session measures them side by side."""
+    several (e.g. qkv dgrad ring_exchange or bulk) or per runner-up value (search.runner_up): the
+    point session measures them side by side."""
     import itertools
 
     if search_mode(s, op) == "knobs":  # the planner's answer is one whole setting of the op
@@ -233,7 +256,9 @@ def tuned_cases(s: Settings, op: str, tp: int, results: dict[str, dict]) -> list
     per_gemm: dict[str, list[Case]] = {}
     for name, res in results.items():
         gemm = name.split(".")[0]
-        per_gemm.setdefault(gemm, []).append(make_case(op, tp, res["best_case"].split(f"{op}-tp{tp}-", 1)[1]))
+        for key in ("best_case", "runner_up_case"):     # a runner-up (search.runner_up) joins as a choice
+            if res.get(key):
+                per_gemm.setdefault(gemm, []).append(make_case(op, tp, res[key].split(f"{op}-tp{tp}-", 1)[1]))
     out = []
     for combo in itertools.product(*per_gemm.values()):
         overrides = tuple(o for c in combo for o in c.variant.overrides)
