@@ -493,3 +493,64 @@ def test_the_emitted_file_still_beats_nvidia_on_the_block_with_the_window():
     _, runs = read_session(RS_DGRAD / "emitted-window" / "sessions" / "layer" / "tp2", ".")
     for p in runs.values():
         assert all(b["attempts"] == 1 and b["check"] == "queue" for b in p["host"]["batches"])
+
+
+STABILITY_V4 = ROOT / "results" / "stability-llama3-70b-x2-v4"
+STABILITY_V4_STEP = ROOT / "results" / "stability-llama3-70b-x2-v4-step-margin-only"
+
+
+def _stability_rows(run):
+    import csv
+
+    return [x for x in csv.DictReader((run / "measurements.csv").open()) if x["status"] == "ok"]
+
+
+def test_stability_v4_same_answers_in_three_runs():
+    """With decision.step_margin and search.runner_up: three runs in a row on one x2 lease give the same
+    model TP (by the rule itself), TP per op and setting per op; the runner-ups were measured at the TP
+    point; the bound below every setting of every TP point; every batch with the host ahead."""
+    dec = {r: json.loads((STABILITY_V4 / r / "decisions.json").read_text()) for r in REPS}
+    assert {(d["meta"]["model_tp"], d["meta"]["model_tp_rule"]) for d in dec.values()} == {(2, 2)}
+    for op in ("qkv", "proj", "fc1", "fc2"):
+        assert len({(d["ops"][op]["tp"], d["ops"][op]["config"]["variant"]) for d in dec.values()}) == 1, op
+    assert dec["rep1"]["ops"]["qkv"]["config"]["variant"] == "ub.te+fprop.ring+dgrad.bulk.sm2+wgrad.bulk.sm8"
+    for r, d in dec.items():
+        cfg = json.loads((STABILITY_V4 / r / "config.json").read_text())
+        assert cfg["decision"]["step_margin"] == 0.01 and cfg["search"]["runner_up"] is True
+        rows = _stability_rows(STABILITY_V4 / r)
+        assert len(rows) == 56 and all(x["host_ahead"] == "true" for x in rows)
+        point = {x["variant"] for x in rows if x["session"] == "qkv/tp2/point"}
+        assert {"ub.te+fprop.ring+dgrad.bulk.sm2+wgrad.bulk.sm4",
+                "ub.te+fprop.ring+dgrad.bulk.sm2+wgrad.bulk.sm8"} <= point     # the runner-up's combination
+        for sess in {x["session"] for x in rows if x["session"].endswith("/point")}:
+            ms = {x["variant"]: float(x["median_ms"]) for x in rows if x["session"] == sess}
+            assert all(ms["nocomm"] < v for k, v in ms.items() if k != "nocomm"), sess
+        for step in d["ops"]["qkv"]["searches"]["tp2/wgrad.bulk"]:
+            assert step["comparison"]["margin"] == 0.01 and step["comparison"]["tie_margin"] == 0.02
+        assert int((STABILITY_V4 / r / "wall_s.txt").read_text()) <= 200
+
+
+def test_stability_step_margin_alone_left_qkv_to_a_coin():
+    """The triple before runner-ups (an earlier lease): qkv's wgrad 4 vs 8 SMs read 1.006-1.014 and two
+    runs kept 4, one 8; three different qkv choices, and some pair is not named in the other's report."""
+    dec = {r: json.loads((STABILITY_V4_STEP / r / "decisions.json").read_text()) for r in REPS}
+    chosen = {r: d["ops"]["qkv"]["config"]["variant"] for r, d in dec.items()}
+    assert len(set(chosen.values())) == 3
+    kept = [d["ops"]["qkv"]["searches"]["tp2/wgrad.bulk"][-1]["kept"][0] for d in dec.values()]
+    assert sorted(kept) == [4, 4, 8]
+    ties = {r: {t["case"].split("tp2-", 1)[1] for t in d["ops"]["qkv"]["ties"]} for r, d in dec.items()}
+    assert any(chosen[b] not in ties[a] for a in REPS for b in REPS if chosen[a] != chosen[b])
+    for op in ("proj", "fc1", "fc2"):
+        assert len({d["ops"][op]["config"]["variant"] for d in dec.values()}) == 1
+
+
+def test_measure_noise_three_builds_per_call_meets_the_target_for_te_defaults():
+    """measure_noise --rounds 3 (lease 4): TE-default ub_cfgs spread <= 2% for every op (worst 1.9%), no
+    overlap beside it 3.2%: the target is met for the setting the issue names, not for every setting."""
+    text = (ROOT / "results" / "noise-x2" / "noise-lease4-window500-rounds3.txt").read_text()
+    assert "ub.te: worst 1.91% (met)" in text and "none: worst 3.24% (NOT met)" in text
+    data = json.loads((ROOT / "results" / "noise-x2" / "noise-lease4-window500-rounds3.json").read_text())
+    gpu = {r["op"]: r for r in data["summary"] if r["mode"] == "gpu"}
+    assert set(gpu) == {"qkv", "proj", "fc1", "fc2"} and all(r["calls"] == 7 and r["host_ahead"] for r in gpu.values())
+    assert all(r["median_ms"] >= 1 and r["spread"] <= 0.02 for r in gpu.values())
+    assert max(r["spread"] for r in data["summary"] if r["mode"] == "gpu:none") > 0.03
