@@ -172,7 +172,8 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
             best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs,
                                        win=step_margins(s)[0])
         rec.update({"best": best, "best_case": dim.case_of(best).id, "path": path})
-        ru = runner_up(path, best, floor) if s.op_settings(op)["search"].get("runner_up") else None
+        ru = (runner_up(path, best, floor) if mode == "bisect" and s.op_settings(op)["search"].get("runner_up")
+              else None)   # grid/joint measured every value side by side already
         if ru is not None:
             rec["runner_up_case"] = dim.case_of(ru).id
     return rec
@@ -185,7 +186,7 @@ def runner_up(path: list[dict], best, floor: float):
     from .search.rounds import Ratio
 
     for step in reversed(path):
-        if best not in step["compared"]:
+        if best not in step["compared"] or "comparison" not in step:
             continue
         other = next(v for v in step["compared"] if v != best)
         cmp, r = step["comparison"], step["comparison"].get("ratio")
