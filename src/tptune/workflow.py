@@ -145,7 +145,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
     if values:
         rel = str(session_dir(Path("."), op, tp, step_session_name(dim_name, step)))
         sessions.append({"step": step, "values": values, "session": rel})
-    floor = s.config["decision"]["noise_floor"]
+    win, floor = step_margins(s)
     measured, pairs = {}, {}
     for entry in sessions:
         _, runs = read_session(run_dir, entry["session"])
@@ -169,8 +169,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
             best = next(v for v in dim.candidates if measured[v] is champion)
             path = [{"step": 1, "compared": list(dim.candidates), "kept": [best], "comparisons": comparisons}]
         else:
-            best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs,
-                                       win=step_margins(s)[0])
+            best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs, win=win)
         rec.update({"best": best, "best_case": dim.case_of(best).id, "path": path})
         ru = (runner_up(path, best, floor) if mode == "bisect" and s.op_settings(op)["search"].get("runner_up")
               else None)   # grid/joint measured every value side by side already
@@ -189,11 +188,8 @@ def runner_up(path: list[dict], best, floor: float):
         if best not in step["compared"] or "comparison" not in step:
             continue
         other = next(v for v in step["compared"] if v != best)
-        cmp, r = step["comparison"], step["comparison"].get("ratio")
-        if r and None not in (r.get("lo"), r.get("hi")):
-            near = Ratio(r["ratio"], r["lo"], r["hi"], r["rounds"], r["paired"]).outcome(floor)[0] == 0
-        else:
-            near = cmp["outcome"] == 0
+        r = Ratio.from_dict(step["comparison"].get("ratio"))
+        near = (r.outcome(floor)[0] if r else step["comparison"]["outcome"]) == 0
         return other if near else None
     return None
 
@@ -259,7 +255,7 @@ def tuned_cases(s: Settings, op: str, tp: int, results: dict[str, dict]) -> list
         gemm = name.split(".")[0]
         for key in ("best_case", "runner_up_case"):     # a runner-up (search.runner_up) joins as a choice
             if res.get(key):
-                per_gemm.setdefault(gemm, []).append(make_case(op, tp, res[key].split(f"{op}-tp{tp}-", 1)[1]))
+                per_gemm.setdefault(gemm, []).append(parse_case_id(res[key]))
     out = []
     for combo in itertools.product(*per_gemm.values()):
         overrides = tuple(o for c in combo for o in c.variant.overrides)

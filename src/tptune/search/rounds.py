@@ -72,6 +72,13 @@ class Ratio:
         return {"ratio": _r(self.ratio), "lo": _r(self.lo), "hi": _r(self.hi), "rounds": self.rounds,
                 "paired": self.paired}
 
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Ratio | None":
+        """The Ratio of a recorded comparison (to_dict); None where it has no finite interval."""
+        if not d or None in (d.get("ratio"), d.get("lo"), d.get("hi")):
+            return None
+        return cls(d["ratio"], d["lo"], d["hi"], d["rounds"], d["paired"])
+
 
 def _r(x: float):
     return None if x is None or not math.isfinite(x) else round(x, 5)
