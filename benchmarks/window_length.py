@@ -1,0 +1,182 @@
+"""How long must a round's timed window be? The noise of a side-by-side ratio against what a round costs.
+
+A session compares settings through per-round log ratios (search.rounds); how many rounds a
+comparison needs goes with the variance of those ratios, and a round costs its timed window plus a
+fixed overhead (build, warm-up, pre-roll, close). A longer window rides out more of the card's power
+episodes (worker.timing.timed_iters) and costs more. This measures the trade on real hardware:
+
+For each op it runs one session of two settings (default: no overlap and the no-communication bound,
+which at TP=1 are the same work: a null pair) through the tuning harness (Launcher.session), fixed
+``--rounds`` alternating rounds, each round timing ``--window-ms`` of GPU work. Every round's timed
+iterations are recorded in order, so the first W ms of that window are exactly what a window of W ms
+would have timed (the same build, pre-roll and hold). For each W in ``--windows`` it prints:
+
+- sd: the standard deviation of the per-round log ratio (what the interval's width scales with);
+- rounds: the rounds a comparison needs for its 95% half-width to reach ``--half`` (1%: an interval
+  of a tie that sits at 1.00 lies inside the 2% noise floor), from that sd;
+- s/decision: those rounds times the two members' cost of a round (W + the measured overhead).
+
+``--shard N`` divides the heads, query groups and FFN width by N: one GPU then runs the per-rank
+GEMMs of TP=N (without its collectives), so the single-GPU machine measures the ops' TP=N durations.
+
+  python benchmarks/window_length.py --config config/gpu/h200x2-llama3-70b.yaml --tp 1 --shard 2 \
+      [--rounds 12] [--window-ms 1000] [--windows 100,250,500,1000] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tptune.cases import make_case
+from tptune.launch import Launcher
+from tptune.search.rounds import t975
+from tptune.settings import load_config_files, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def split_rounds(samples: list[float], round_iters: list[int]) -> list[list[float]]:
+    """A run's per-iteration samples (all rounds, in order) cut into its rounds."""
+    if sum(round_iters) != len(samples):
+        raise ValueError(f"{len(samples)} samples do not add up to the rounds' {sum(round_iters)} iterations")
+    out, i = [], 0
+    for n in round_iters:
+        out.append(samples[i:i + n])
+        i += n
+    return out
+
+
+def window_value(iterations: list[float], window_ms: float, min_iters: int) -> float:
+    """The round value a window of ``window_ms`` would have given: the median of the first iterations
+    whose GPU time fits in it (at least ``min_iters``, as timing.timed_iters keeps ``iters``)."""
+    k, total = 0, 0.0
+    for t in iterations:
+        if k >= min_iters and total + t > window_ms:
+            break
+        total += t
+        k += 1
+    return statistics.median(iterations[:max(k, 1)])
+
+
+def log_ratio_sd(a: list[float], b: list[float]) -> float:
+    """Standard deviation of the per-round log ratio of two members paired by round."""
+    ds = [math.log(x) - math.log(y) for x, y in zip(a, b)]
+    return statistics.stdev(ds) if len(ds) >= 2 else math.inf
+
+
+def rounds_needed(sd: float, half: float, most: int = 1000) -> int:
+    """The fewest rounds n >= 2 whose 95% half-width of the mean log ratio, t(n-1) * sd / sqrt(n), is
+    at most log(1 + half); ``most`` when even that many do not reach it."""
+    target = math.log1p(half)
+    for n in range(2, most + 1):
+        if t975(n - 1) * sd / math.sqrt(n) <= target:
+            return n
+    return most
+
+
+def analyse(members: dict[str, dict], windows: list[float], half: float) -> list[dict]:
+    """One row per window: sd of the pair's log ratio, rounds needed, seconds per decision."""
+    (a, ra), (b, rb) = list(members.items())[:2]
+    rows = []
+    for w in windows:
+        va = [window_value(r, w, ra["min_iters"]) for r in ra["rounds"]]
+        vb = [window_value(r, w, rb["min_iters"]) for r in rb["rounds"]]
+        sd = log_ratio_sd(va, vb)
+        n = rounds_needed(sd, half)
+        gpu_w = [min(w, sum(r)) for r in ra["rounds"] + rb["rounds"]]   # the GPU time a W window times
+        cost = 2 * (statistics.fmean(gpu_w) / 1e3 + (ra["overhead_s"] + rb["overhead_s"]) / 2)
+        rows.append({"window_ms": w, "sd": sd, "ratio": math.exp(statistics.fmean(
+            math.log(x) - math.log(y) for x, y in zip(va, vb))), "rounds": n, "round_pair_s": cost,
+            "s_per_decision": n * cost})
+    return rows
+
+
+def member_record(run: dict) -> dict:
+    """Rounds (iterations in order), the minimum timed iterations and the overhead of a round (the
+    held time less its timed GPU time) of a member's run.json."""
+    t = run["timing"]["total_ms"]
+    rounds = split_rounds(t["samples"], t["round_iters"])
+    held = [a["held_s"] for a in run["attempts"] if a.get("status") == "ok"]
+    overhead = statistics.median(h - sum(r) / 1e3 for h, r in zip(held, rounds))
+    return {"rounds": rounds, "min_iters": int(run["settings"]["timing"]["iters"]), "overhead_s": overhead,
+            "held_s": statistics.median(held)}
+
+
+def sharded(model, n: int):
+    """The model with heads, query groups and FFN width divided by n (one GPU runs TP=n's local GEMMs)."""
+    m = model.model
+    for name in ("num_attention_heads", "num_query_groups", "ffn_hidden_size"):
+        if getattr(m, name) % n:
+            raise SystemExit(f"--shard {n}: {name}={getattr(m, name)} is not divisible by {n}")
+    spec = dataclasses.replace(m, name=f"{m.name}/shard{n}", num_attention_heads=m.num_attention_heads // n,
+                               num_query_groups=m.num_query_groups // n, ffn_hidden_size=m.ffn_hidden_size // n)
+    return dataclasses.replace(model, model=spec)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", action="append", default=[], help="run config(s) merged over config/config.yaml")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--shard", type=int, default=1, help="divide heads, query groups and FFN width by N")
+    ap.add_argument("--ops", default=None, help="comma-separated ops (default: the config's)")
+    ap.add_argument("--pair", default="none,nocomm", help="the two settings of each op's session")
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--window-ms", type=float, default=1000.0, help="GPU time timed per round (GPU-bound ops)")
+    ap.add_argument("--windows", default="100,200,300,400,500,750,1000",
+                    help="windows (ms) to evaluate from the recorded rounds (at most --window-ms)")
+    ap.add_argument("--half", type=float, default=0.01, help="95%% half-width a comparison needs")
+    ap.add_argument("--json", help="write the rounds and the table here")
+    a = ap.parse_args(argv)
+    cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
+    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
+    mc = sharded(s.model, a.shard) if a.shard > 1 else s.model
+    ops = a.ops.split(",") if a.ops else list(s.ops)
+    pair = a.pair.split(",")
+    windows = sorted(float(w) for w in a.windows.split(",") if float(w) <= a.window_ms)
+    if len(pair) != 2 or not windows:
+        ap.error("--pair takes two settings and --windows at least one window <= --window-ms")
+    launcher = Launcher(s.launcher_settings())
+    out: dict = {"model": mc.model.name, "tp": a.tp, "shard": a.shard, "pair": pair, "rounds": a.rounds,
+                 "window_ms": a.window_ms, "half": a.half, "ops": {}}
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tptune-window-") as tmp:
+        for op in ops:
+            members = [make_case(op, a.tp, v) for v in pair]
+            op_settings = dict(s.op_settings(op))
+            op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=a.rounds,
+                                                        max_rounds=a.rounds, profile_steps=0,
+                                                        window_ms=a.window_ms))
+            rec = launcher.session(members, mc, Path(tmp) / op, op_settings, session_id=f"window/{op}",
+                                   evidence=False)
+            runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
+            bad = [cid for cid, r in runs.items() if r["status"] != "ok"]
+            if bad:
+                print(f"{op}: {', '.join(bad)} failed: {runs[bad[0]].get('error')}", file=sys.stderr)
+                continue
+            mem = {cid: member_record(r) for cid, r in runs.items()}
+            out["ops"][op] = {"members": mem, "table": analyse(mem, windows, a.half)}
+    print(f"{mc.model.name} TP={a.tp}, {' vs '.join(pair)}, {a.rounds} alternating rounds of a "
+          f"{a.window_ms:.0f} ms window per op ({time.monotonic() - t0:.0f} s); rounds for a 95% half-width "
+          f"of {a.half:.0%}")
+    print(f"{'op':5} {'ms/iter':>8} {'overhead s':>10} " + " ".join(f"{w:>18.0f}" for w in windows))
+    print(f"{'':5} {'':>8} {'':>10} " + " ".join(f"{'sd% rounds s/dec':>18}" for _ in windows))
+    for op, d in out["ops"].items():
+        first = next(iter(d["members"].values()))
+        ms = statistics.median(t for r in first["rounds"] for t in r)
+        ovh = statistics.fmean(m["overhead_s"] for m in d["members"].values())
+        cells = " ".join(f"{r['sd'] * 100:6.2f} {r['rounds']:4d} {r['s_per_decision']:6.1f}" for r in d["table"])
+        print(f"{op:5} {ms:8.3f} {ovh:10.3f} {cells}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
