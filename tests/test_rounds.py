@@ -1,12 +1,14 @@
-"""search.rounds: rotation, t quantiles, paired/unpaired ratio intervals, outcomes, adaptive stopping, drift."""
+"""search.rounds: rotation, t quantiles, paired/unpaired ratio intervals, outcomes, adaptive stopping
+(futility included), drift."""
 import math
 import random
 import statistics
 
 import pytest
 
-from tptune.search.rounds import (Ratio, center, drift, paired_ratio, point_rounds, ratio_of, rotation,
-                                  session_state, should_stop, t975, unpaired_ratio)
+from tptune.search.rounds import (FUTILITY_MIN_ROUNDS, Ratio, center, could_clear, drift, measured_next,
+                                  paired_ratio, point_rounds, ratio_of, rotation, session_state, should_stop,
+                                  t975, unpaired_ratio)
 
 M = 0.02  # the default noise floor / session margin
 
@@ -325,9 +327,10 @@ def test_should_stop_rules():
 
 # -- adaptive sessions on synthetic rounds --------------------------------------------------------------
 
-def adaptive(true_ms, noise, seed, min_rounds=3, max_rounds=8, margin=M, drift_sd=0.03):
+def adaptive(true_ms, noise, seed, min_rounds=3, max_rounds=8, margin=M, drift_sd=0.03, futility=False):
     """Launcher.session's loop on synthetic rounds: each round multiplies every member by one common
-    drift factor (the machine) and by its own noise; resolved losers drop out after min_rounds."""
+    drift factor (the machine) and by its own noise; resolved (and with ``futility`` futile) contenders
+    drop out after min_rounds."""
     rng = random.Random(seed)
     rounds = {c: {} for c in true_ms}
     active, r = list(true_ms), 0
@@ -337,13 +340,13 @@ def adaptive(true_ms, noise, seed, min_rounds=3, max_rounds=8, margin=M, drift_s
             rounds[c][r] = true_ms[c] * common * math.exp(rng.gauss(0, noise))
         r += 1
         points = {c: rpt(c, rs) for c, rs in rounds.items() if rs}
-        state = session_state(points, list(true_ms), margin)
+        state = session_state(points, list(true_ms), margin, leader_among=active,
+                              budget=max_rounds if futility else None)
         stop, why = should_stop(state, r, min_rounds, max_rounds)
         if stop:
             return state, r, why, rounds
         if r >= min_rounds:
-            keep = set(state.unresolved) | {state.leader}
-            active = [c for c in active if c in keep]
+            active = measured_next(state, active)
     raise AssertionError("loop ended without a stop")
 
 
@@ -391,6 +394,75 @@ def test_resolved_loser_drops_out_while_a_close_one_runs_on():
     assert r == 8 and "undecided" in why and C in why
     assert len(rounds[B]) == 3 and len(rounds[A]) == 8 and len(rounds[C]) == 8
     assert B in state.losers
+
+
+# -- futility stop -------------------------------------------------------------------------------------
+
+def ratio_over(ms_a, ms_b):
+    return paired_ratio(dict(enumerate(ms_a)), dict(enumerate(ms_b)))
+
+
+def test_could_clear_projects_the_mean_and_spread_to_the_budget():
+    r = ratio_over([10.15, 10.25, 10.05, 10.15], [10.0] * 4)       # +1.5% +- 0.8% per round
+    assert r.outcome(M) == (0, False)
+    assert not could_clear(r, M, None, 6)     # at 6 rounds the interval still straddles 1.02
+    assert could_clear(r, M, None, 20)        # at 20 it would lie inside the 2% tie band
+    assert could_clear(r, 0.01, M, 12)        # a 1% win margin: lo would pass 1.01 by round 12
+
+
+def test_could_clear_gives_no_verdict_it_cannot_back():
+    three = ratio_over([10.15, 10.25, 10.05], [10.0] * 3)
+    two = ratio_over([10.15, 10.25], [10.0] * 2)
+    assert FUTILITY_MIN_ROUNDS == 3
+    assert could_clear(two, M, None, 6)       # one degree of freedom: never futile
+    assert not could_clear(three, M, None, 6)
+    assert could_clear(three, M, None, 3)     # no round left to add: nothing to save
+    assert could_clear(Ratio(1.015, 0.0, math.inf, 4, True), M, None, 6)
+
+
+def test_futile_contenders_stop_the_session_before_the_budget():
+    pts = {"a": rpt("a", [10.0] * 4), "b": rpt("b", [10.15, 10.25, 10.05, 10.15]),
+           "c": rpt("c", [12.0] * 4)}
+    without = session_state(pts, ["a", "b", "c"], M)
+    assert without.unresolved == ["b"] and without.futile == [] and without.open == ["b"]
+    assert should_stop(without, 4, 2, 6) == (False, "")
+    st = session_state(pts, ["a", "b", "c"], M, budget=6)
+    assert st.futile == ["b"] and st.open == [] and st.losers == ["c"]
+    stop, why = should_stop(st, 4, 2, 6)
+    assert stop and why.startswith("futile after 4 rounds") and why.endswith("undecided: b")
+    assert should_stop(st, 1, 2, 6) == (False, "")                  # never before min_rounds
+    assert should_stop(st, 6, 2, 6)[1].startswith("round budget (6) spent")
+    assert session_state(pts, ["a", "b", "c"], M, budget=20).futile == []
+
+
+def test_measured_next_keeps_the_leader_open_contenders_references_and_always():
+    pts = {"a": rpt("a", [10.0] * 4), "b": rpt("b", [10.15, 10.25, 10.05, 10.15]), "c": rpt("c", [12.0] * 4),
+           "d": rpt("d", [10.05, 10.25, 9.85, 10.05]), "n": rpt("n", [11.0] * 4), "x": rpt("x", [12.0] * 4)}
+    st = session_state(pts, ["a", "b", "c", "d"], M, budget=6)
+    assert st.futile == ["b"] and st.open == ["d"]
+    active = ["a", "b", "c", "d", "n", "x"]
+    assert measured_next(st, active, {"n"}) == ["a", "d", "n"]
+    assert measured_next(st, active, {"n"}, always=["x"]) == ["a", "d", "n", "x"]
+    assert measured_next(session_state(pts, ["a", "b", "c", "d"], M), active) == ["a", "b", "d"]
+
+
+def test_futility_ends_near_margin_comparisons_early_with_the_same_outcome():
+    """1.8% apart at 2% noise: the budget rarely clears it; the futility stop says so sooner."""
+    for seed in range(20):
+        full = adaptive({A: 10.0, B: 10.18}, 0.02, seed)
+        early = adaptive({A: 10.0, B: 10.18}, 0.02, seed, futility=True)
+        assert early[1] <= full[1]
+        if early[1] < full[1]:
+            assert early[2].startswith("futile") and len(early[0].unresolved) == 1 and early[0].losers == []
+    stops = [adaptive({A: 10.0, B: 10.18}, 0.02, seed, futility=True)[1] for seed in range(20)]
+    assert statistics.mean(stops) < 6
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_futility_leaves_clear_outcomes_alone(seed):
+    assert adaptive({A: 10.0, B: 11.0}, 0.005, seed, futility=True)[1:3] == (3, "resolved after 3 rounds")
+    state, r, why, _ = adaptive({A: 10.0, B: 10.03}, 0.003, seed, futility=True)
+    assert why.startswith("resolved") and state.unresolved == []
 
 
 # -- drift ------------------------------------------------------------------------------------------

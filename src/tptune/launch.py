@@ -287,26 +287,28 @@ class Launcher:
                 margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
                 evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
-        adding rounds until every contender clears the margin against the leader or the round budget is
-        spent. Writes <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which
+        adding rounds until every contender clears the margin against the leader, the round budget is
+        spent, or (timing.futility) the budget could not clear what is left (search.rounds). Writes <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which
         maps each member to its run.json (``runs``); returns the latter.
         ``evidence``: record each member's profiler traces and numerics check in its first round (the
         TP point's finalists need them; a search step's points do not). ``always``: members measured
         in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned
         block, which every other block is compared to. ``tie_margin``: a resolved tie's margin where it
         differs from ``margin`` (a search step: rounds.Ratio.outcome)."""
-        from .search.rounds import rotation, session_state, should_stop
+        from .search.rounds import measured_next, rotation, session_state, should_stop
 
         faults = faults or {}
         member_dirs = member_dirs or {}
         dir_of = {c.id: Path(member_dirs.get(c.id, session_dir / c.dir_name)) for c in members}
         timing = op_settings["timing"]
         min_r, max_r = int(timing.get("min_rounds", 3)), int(timing.get("max_rounds", 8))
+        budget = max_r if timing.get("futility", True) else None   # rounds.could_clear
         tps = {c.tp for c in members} | ({canary.tp} if canary else set())
         if len(tps) != 1:
             raise ValueError(f"session {session_id}: members need one TP, got {sorted(tps)}")
         tp = tps.pop()
         ids = [c.id for c in members]
+        references = {c.id for c in members if c.variant.kind in REFERENCE_KINDS}
         contenders = [c for c in (contenders if contenders is not None else ids) if c in ids]
         session_dir.mkdir(parents=True, exist_ok=True)
         rounds: dict[str, list] = {c.id: [] for c in members}
@@ -338,15 +340,13 @@ class Launcher:
                 active = [c for c in active if c.id not in failed]
                 points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
                 state = session_state(points, contenders, margin, leader_among=[c.id for c in active],
-                                      tie_margin=tie_margin)
+                                      tie_margin=tie_margin, budget=budget)
                 stop, stop_reason = should_stop(state, r, min_r, max_r)
                 if stop:
                     break
-                if r >= min_r:  # resolved losers and non-contenders have said what they had to say,
-                    # except the references (no overlap, the bound): every round, so every ratio to them
-                    # is paired over all the session's rounds
-                    keep = set(state.unresolved) | {state.leader} | set(always or ())
-                    active = [c for c in active if c.id in keep or c.variant.kind in REFERENCE_KINDS]
+                if r >= min_r:
+                    keep = set(measured_next(state, [c.id for c in active], references, always or ()))
+                    active = [c for c in active if c.id in keep]
             held = time.monotonic() - t_locked
         if not stop_reason:
             stop_reason = "no member left to measure"
@@ -360,7 +360,9 @@ class Launcher:
             run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
         rec = {"session": session_id, "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
                "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
-               "margin": margin, **({"tie_margin": tie_margin} if tie_margin is not None else {}), "stop": stop_reason, "leader": state.leader,
+               "margin": margin, **({"tie_margin": tie_margin} if tie_margin is not None else {}),
+               "futility": budget is not None, "stop": stop_reason, "leader": state.leader,
+               "futile": state.futile,
                "ratios_to_leader": {c: (x.to_dict() if x else None) for c, x in state.ratios.items()},
                "failed": sorted(failed), "canary": canary_rec, "started": t_start,
                "wall_s": time.monotonic() - wall0, "held_s": held,

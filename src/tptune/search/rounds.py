@@ -17,6 +17,12 @@ A comparison *clears the margin* m when its interval lies entirely on one side:
     lo > 1 + m        a is slower              (outcome +1)
     1-t <= lo, hi <= 1+t   equivalent: a tie    (outcome 0, resolved; t the tie margin, m unless given)
     otherwise         undecided: more rounds, or at the budget's end a tie (outcome 0, unresolved)
+Futility stop (timing.futility): an undecided comparison whose interval, at its present mean and
+spread, could not clear by the round budget either (could_clear) gets no more rounds: it ends the
+undecided tie it would have ended at the budget, rounds earlier. Replayed on the 236 recorded GPU
+sessions in results/ (benchmarks/replay_stopping.py), it measured 17% fewer member-rounds; 3
+comparisons that had cleared to one side by the budget ended undecided instead, and a few that had
+cleared as ties ended as undecided ties (the same pick: the cheaper setting).
 A search step between two values of one knob wins at a smaller m than it ties at (decision.step_margin
 against decision.noise_floor, workflow.step_margins): see config/config.yaml for why.
 """
@@ -24,7 +30,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Two-sided 97.5% quantiles of Student's t for df = 1..30 (then the normal 1.96).
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
@@ -141,31 +147,58 @@ def center(point: dict | None, metric: str = "total_ms") -> float:
     return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else math.inf
 
 
+FUTILITY_MIN_ROUNDS = 3      # two rounds' spread (one degree of freedom) says too little to give up on
+_Z975 = 1.96
+
+
+def could_clear(r: Ratio, margin: float, tie_margin: float | None, rounds: int) -> bool:
+    """Could this comparison still clear (Ratio.outcome resolved) by ``rounds`` rounds, were its mean
+    and per-round spread to hold? The projection takes the normal quantile, narrower than Student's t
+    at that many rounds, so in doubt the comparison goes on. True below FUTILITY_MIN_ROUNDS rounds,
+    without a finite interval, or with no rounds left to add."""
+    if r.rounds < FUTILITY_MIN_ROUNDS or r.rounds >= rounds or not (0 < r.lo <= r.hi < math.inf):
+        return True
+    mean = math.log(r.ratio)
+    sd = (math.log(r.hi) - math.log(r.lo)) / 2 * math.sqrt(r.rounds) / t975(r.rounds - 1)
+    half = _Z975 * sd / math.sqrt(rounds)
+    projected = Ratio(r.ratio, math.exp(mean - half), math.exp(mean + half), rounds, r.paired)
+    return projected.outcome(margin, tie_margin)[1]
+
+
 @dataclass
 class SessionState:
     """Where a session stands after some rounds: the leader among the contenders and, for every
-    other contender, its ratio to the leader and whether that clears the margin."""
+    other contender, its ratio to the leader and whether that clears the margin; ``futile``: the
+    unresolved ones the round budget could not clear either (could_clear)."""
     leader: str | None
     ratios: dict[str, Ratio | None]
     resolved: dict[str, bool]
     losers: list[str]
+    futile: list[str] = field(default_factory=list)
 
     @property
     def unresolved(self) -> list[str]:
         return [c for c, ok in self.resolved.items() if not ok]
 
+    @property
+    def open(self) -> list[str]:
+        """Unresolved contenders that more rounds could still clear."""
+        return [c for c in self.unresolved if c not in self.futile]
+
 
 def session_state(points: dict[str, dict], contenders: list[str], margin: float,
-                  leader_among: list[str] | None = None, tie_margin: float | None = None) -> SessionState:
+                  leader_among: list[str] | None = None, tie_margin: float | None = None,
+                  budget: int | None = None) -> SessionState:
     """Leader = the contender with the smallest centre (among ``leader_among`` when given and any of
     them has rounds: the contenders still measured, so a dropped one cannot lead on stale rounds);
-    each other contender against it (Ratio.outcome(margin, tie_margin))."""
+    each other contender against it (Ratio.outcome(margin, tie_margin)). ``budget``: the round
+    budget; an unresolved contender it could not clear either is futile (none without a budget)."""
     ok = [c for c in contenders if point_rounds(points.get(c))]
     if not ok:
         return SessionState(None, {}, {}, [])
     pool = [c for c in ok if leader_among is None or c in leader_among] or ok
     leader = min(pool, key=lambda c: center(points[c]))
-    ratios, resolved, losers = {}, {}, []
+    ratios, resolved, losers, futile = {}, {}, [], []
     for c in ok:
         if c == leader:
             continue
@@ -175,18 +208,34 @@ def session_state(points: dict[str, dict], contenders: list[str], margin: float,
         resolved[c] = done
         if done and out > 0:
             losers.append(c)
-    return SessionState(leader, ratios, resolved, losers)
+        if not done and r is not None and budget is not None and not could_clear(r, margin, tie_margin, budget):
+            futile.append(c)
+    return SessionState(leader, ratios, resolved, losers, futile)
 
 
 def should_stop(state: SessionState, rounds_done: int, min_rounds: int, max_rounds: int) -> tuple[bool, str]:
-    """Stop once every contender is resolved against the leader (after min_rounds), or at max_rounds."""
+    """Stop once every contender is resolved against the leader (after min_rounds), at max_rounds, or
+    once what is unresolved is futile (the budget could not clear it either)."""
     if rounds_done < min_rounds:
         return False, ""
     if not state.unresolved:
         return True, f"resolved after {rounds_done} rounds"
     if rounds_done >= max_rounds:
         return True, f"round budget ({max_rounds}) spent; undecided: {', '.join(state.unresolved)}"
+    if not state.open:
+        return True, (f"futile after {rounds_done} rounds (the budget of {max_rounds} could not clear them "
+                      f"either); undecided: {', '.join(state.unresolved)}")
     return False, ""
+
+
+def measured_next(state: SessionState, active: list[str], references: set[str] | frozenset = frozenset(),
+                  always: tuple | list | set = ()) -> list[str]:
+    """The members a session's next round measures, once min_rounds are done: the leader, the open
+    contenders, ``always`` and the references (no overlap, the bound: every round, so every ratio to
+    them is paired over all the session's rounds). Resolved and futile contenders and non-contenders
+    have said what they had to say."""
+    keep = set(state.open) | {state.leader} | set(always) | set(references)
+    return [c for c in active if c in keep]
 
 
 def drift(values: list[float]) -> float | None:

@@ -1,0 +1,86 @@
+"""benchmarks/replay_stopping.py on recorded GPU sessions and benchmarks/window_length.py: its arithmetic on
+synthetic rounds and a real CPU session through the tuning harness."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT, base_config
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import window_length as wl  # noqa: E402
+
+
+def test_replay_of_recorded_sessions_saves_member_rounds(tmp_path):
+    out = tmp_path / "replay.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks/replay_stopping.py"),
+                        str(ROOT / "results/stability-llama3-70b-x2-v2/rep1/sessions"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert len(rows) == 17
+    off = sum(r["off"]["member_rounds"] for r in rows)
+    on = sum(r["on"]["member_rounds"] for r in rows)
+    assert on < off
+    # the v2 run had no futility stop: a replay without it reproduces each session's recorded rounds
+    recorded = {r["session"]: json.loads((ROOT / r["session"] / "session.json").read_text())["rounds"]
+                for r in rows}
+    assert sum(r["off"]["rounds"] == recorded[r["session"]] for r in rows) >= 12
+    step = next(r for r in rows if r["session"].endswith("fc1/tp2/dgrad.bulk/step0"))
+    assert (step["off"]["rounds"], step["on"]["rounds"]) == (6, 3)
+    assert step["on"]["stop"].startswith("futile after 3 rounds")
+    assert f"member-rounds {off} without, {on} with the futility stop" in p.stdout
+
+
+def test_window_value_takes_the_iterations_a_shorter_window_would_have_timed():
+    its = [1.0, 1.0, 1.0, 5.0, 5.0, 5.0]
+    assert wl.window_value(its, 3.0, 2) == 1.0          # the first three fit
+    assert wl.window_value(its, 8.0, 2) == 1.0          # 1+1+1+5 = 8: four, median 1.0
+    assert wl.window_value(its, 100.0, 2) == 3.0        # all six
+    assert wl.window_value(its, 0.5, 2) == 1.0          # at least min_iters
+    assert wl.window_value(its, 0.5, 6) == 3.0
+    assert wl.split_rounds([1, 2, 3, 4, 5], [2, 3]) == [[1, 2], [3, 4, 5]]
+    with pytest.raises(ValueError):
+        wl.split_rounds([1, 2, 3], [2, 2])
+
+
+def test_rounds_needed_follows_the_t_interval():
+    assert wl.rounds_needed(0.0, 0.01) == 2
+    sd = 0.01
+    n = wl.rounds_needed(sd, 0.01)
+    t = wl.t975(n - 1) * sd / math.sqrt(n)
+    assert t <= math.log1p(0.01) < wl.t975(n - 2) * sd / math.sqrt(n - 1)
+    assert wl.rounds_needed(1.0, 0.01, most=50) == 50
+
+
+def test_analyse_prices_each_window():
+    # member a's rounds step up after 2 ms of each window; b stays flat: a short window misses the step
+    a = {"rounds": [[1.0, 1.0, 1.3, 1.3, 1.3], [1.0, 1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.3, 1.3, 1.3]],
+         "min_iters": 1, "overhead_s": 0.1}
+    b = {"rounds": [[1.0] * 5] * 3, "min_iters": 1, "overhead_s": 0.1}
+    short, full = wl.analyse({"a": a, "b": b}, [2.0, 5.0], 0.01)
+    assert short["sd"] == 0.0 and short["ratio"] == pytest.approx(1.0) and short["rounds"] == 2
+    assert full["sd"] > 0.05 and full["rounds"] > 2
+    assert short["round_pair_s"] == pytest.approx(2 * (0.002 + 0.1))
+    assert full["s_per_decision"] == pytest.approx(full["rounds"] * full["round_pair_s"])
+
+
+@pytest.mark.slow
+def test_window_length_runs_a_real_session_on_cpu(tmp_path, pool_dir):
+    cfg = base_config(pool_dir, ops=["fc2"], tp_sizes=[2])
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "w.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks/window_length.py"), "--config", str(tmp_path / "c.yaml"),
+                        "--tp", "2", "--shard", "2", "--rounds", "3", "--window-ms", "50", "--windows", "5,50",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["shard"] == 2 and res["model"].endswith("/shard2")
+    members = res["ops"]["fc2"]["members"]
+    assert sorted(members) == ["fc2-tp2-nocomm", "fc2-tp2-none"]
+    assert all(len(m["rounds"]) == 3 and m["overhead_s"] > 0 for m in members.values())
+    assert [r["window_ms"] for r in res["ops"]["fc2"]["table"]] == [5.0, 50.0]
+    assert "fc2" in p.stdout and "rounds for a 95% half-width of 1%" in p.stdout
