@@ -4,7 +4,8 @@
 # then pack each run's small results into $OUT.
 #   [REPS=3] bash .device/run.sh bash scripts/device_workflow.sh config/gpu/a.yaml [config/gpu/b.yaml ...]
 #   RUN_TIMEOUT=300: stop a run after that many seconds (its files still come back)
-#   EXTRA_CONFIG=config/gpu/no-layer.yaml: one more --configfile over each config (e.g. no layer stage)
+#   EXTRA_CONFIG=config/gpu/no-layer.yaml: more --configfile(s) over each config, space-separated (e.g. no
+#   layer stage)
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
 #   SNAKEMAKE_ARGS="--rerun-triggers input": extra snakemake options, e.g. to finish a carried run whose
 #   file times the carry changed
@@ -27,7 +28,7 @@ for cfg in "$@"; do
   for k in $replist; do
     run=$base; [ "$reps" -gt 1 ] && run=$base-rep$k
     start=$(date +%s)
-    timeout -k 15 -s INT "${RUN_TIMEOUT:-0}" python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" ${EXTRA_CONFIG:+"$EXTRA_CONFIG"} --config run="$run" \
+    timeout -k 15 -s INT "${RUN_TIMEOUT:-0}" python3 -m snakemake --cores 16 --resources gpus=$ngpu --configfile "$cfg" ${EXTRA_CONFIG:-} --config run="$run" \
       --keep-going ${SNAKEMAKE_ARGS:-} > "outputs-$run.log" 2>&1
     echo "$cfg -> $run: snakemake exit $? after $(( $(date +%s) - start )) s"
     tail -3 "outputs-$run.log"

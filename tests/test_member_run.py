@@ -309,3 +309,38 @@ def test_dropped_setting_never_leads_and_always_members_stay(tmp_path, mc):
     rec2 = lz.session(members, mc, tmp_path / "s2", {"timing": {"min_rounds": 2, "max_rounds": 4}},
                       session_id="s2", margin=0.02, always=[D])
     assert all(D in o for o in rec2["order"])
+
+
+def test_futile_comparison_stops_the_session_early(tmp_path, mc):
+    """B reads 1.5% slower than A with +-0.8% from round to round: at the 2% floor the 6-round budget
+    could not clear it (nor lay it inside the tie band), so from round 3 on it gets no more rounds;
+    with timing.futility off the session runs to the budget and ends in the same undecided tie."""
+    wobble = [1.0, 1.008, 0.992, 1.0, 1.008, 0.992]
+
+    def run(futility, sub):
+        lz, _ = fake_launcher(tmp_path / sub)
+        seen = {}
+
+        def measure_once(case, mc_, out_dir, settings, gpus, attempts):
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            k = seen[str(out_dir)] = seen.get(str(out_dir), -1) + 1
+            ms = 10.0 * (1.015 * wobble[k] if case.id == B else 1.0) * DRIFT[k]
+            res = ok([rank(0, [ms] * 3, host_ms=1.0), rank(1, [ms] * 3, host_ms=1.0)], started=k == 0)
+            res.update(gpus=gpus, held_s=0.01)
+            attempts.append({k2: v for k2, v in res.items() if k2 != "reply"})
+            return res
+
+        lz._measure_once = measure_once
+        members = [parse_case_id(c) for c in (NONE, A, B)]
+        return lz.session(members, mc, tmp_path / sub / "s", {"timing": {"min_rounds": 2, "max_rounds": 6,
+                                                                          "futility": futility}},
+                          session_id="s", contenders=[A, B], margin=0.02)
+
+    early, full = run(True, "on"), run(False, "off")
+    assert early["futility"] is True and full["futility"] is False
+    assert early["rounds"] == 3 and early["futile"] == [B]
+    assert early["stop"] == f"futile after 3 rounds (the budget of 6 could not clear them either); undecided: {B}"
+    assert full["rounds"] == 6 and full["futile"] == [] and full["stop"] == f"round budget (6) spent; undecided: {B}"
+    for rec in (early, full):
+        r = rec["ratios_to_leader"][B]
+        assert rec["leader"] == A and r["lo"] < 1.02 < r["hi"]      # straddles the margin: undecided
