@@ -73,6 +73,15 @@ def replay(rec: dict, vals: dict[str, dict[int, float]], futility: bool) -> dict
             "outcomes": outcomes}
 
 
+def change_kind(off: tuple | None, on: tuple | None) -> str:
+    """How a comparison's (resolved, side) without the futility stop became what it is with it."""
+    if off and on and off[0] and not on[0]:
+        return "side -> undecided" if off[1] else "tie -> undecided"
+    if off and on and not off[0] and on[0]:
+        return "undecided -> cleared"
+    return "other"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("paths", nargs="*", default=[str(ROOT / "results")], help="folders searched for session.json")
@@ -80,7 +89,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     sessions = sorted({p.parent for root in a.paths for p in Path(root).rglob("session.json")})
     total = {False: 0, True: 0}
-    exact = changed = flips = 0
+    exact = changed = 0
+    kinds = {"side -> undecided": 0, "tie -> undecided": 0, "undecided -> cleared": 0, "other": 0}
+    compared = 0
     out = []
     for sdir in sessions:
         rec, vals = recorded_rounds(sdir)
@@ -93,7 +104,9 @@ def main(argv=None) -> int:
         diff = {c: (off["outcomes"][c], on["outcomes"].get(c)) for c in off["outcomes"]
                 if off["outcomes"][c] != on["outcomes"].get(c)}
         changed += off["leader"] != on["leader"]
-        flips += sum(1 for (o_res, o_side), _ in diff.values() if o_res and o_side)
+        compared += len(off["outcomes"])
+        for x, y in diff.values():
+            kinds[change_kind(x, y)] += 1
         out.append({"session": str(sdir), "off": off, "on": on})
         if off["rounds"] != on["rounds"] or diff:
             print(f"{sdir}: rounds {off['rounds']} -> {on['rounds']}, member-rounds {off['member_rounds']} -> "
@@ -104,8 +117,10 @@ def main(argv=None) -> int:
     n = len(out)
     saved = 1 - total[True] / total[False] if total[False] else 0.0
     print(f"{n} sessions ({exact} replay their recorded rounds exactly without the futility stop): member-rounds "
-          f"{total[False]} without, {total[True]} with the futility stop ({saved:.1%} fewer); leader changed in "
-          f"{changed}; {flips} comparison(s) that cleared beside a side without it end undecided or otherwise with it")
+          f"{total[False]} without, {total[True]} with the futility stop ({saved:.1%} fewer); of {compared} "
+          f"comparisons with the leader, {sum(kinds.values())} end otherwise: "
+          + ", ".join(f"{k} {v}" for k, v in kinds.items())
+          + f"; the session's leader (the fastest centre, not the pick) changed in {changed}")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1, default=str))
     return 0

@@ -33,6 +33,7 @@ def test_replay_of_recorded_sessions_saves_member_rounds(tmp_path):
     assert (step["off"]["rounds"], step["on"]["rounds"]) == (6, 3)
     assert step["on"]["stop"].startswith("futile after 3 rounds")
     assert f"member-rounds {off} without, {on} with the futility stop" in p.stdout
+    assert "comparisons with the leader" in p.stdout and "side -> undecided" in p.stdout
 
 
 def test_window_value_takes_the_iterations_a_shorter_window_would_have_timed():

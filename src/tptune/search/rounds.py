@@ -20,9 +20,9 @@ A comparison *clears the margin* m when its interval lies entirely on one side:
 Futility stop (timing.futility): an undecided comparison whose interval, at its present mean and
 spread, could not clear by the round budget either (could_clear) gets no more rounds: it ends the
 undecided tie it would have ended at the budget, rounds earlier. Replayed on the 236 recorded GPU
-sessions in results/ (benchmarks/replay_stopping.py), it measured 17% fewer member-rounds; 3
-comparisons that had cleared to one side by the budget ended undecided instead, and a few that had
-cleared as ties ended as undecided ties (the same pick: the cheaper setting).
+sessions in results/ (benchmarks/replay_stopping.py), it measured 17% fewer member-rounds; of 500
+comparisons 3 that had cleared to one side by the budget ended undecided instead, 6 that had cleared
+as ties ended as undecided ties (the same pick: the cheaper setting), 3 cleared that had not.
 A search step between two values of one knob wins at a smaller m than it ties at (decision.step_margin
 against decision.noise_floor, workflow.step_margins): see config/config.yaml for why.
 """
