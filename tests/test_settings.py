@@ -46,3 +46,16 @@ def test_schema_types(pool_dir):
         resolve(base_config(pool_dir, timing={"iters": "ten"}))
     with pytest.raises(ConfigError, match=r"field 'search.bogus': unknown key"):
         resolve(base_config(pool_dir, search={"bogus": 1}))
+
+
+def test_gpu_overlays_merge_over_the_x2_config():
+    """config/gpu/no-layer.yaml and window-300.yaml, as scripts/device_workflow.sh passes them (EXTRA_CONFIG)."""
+    from conftest import ROOT
+    from tptune.settings import load_config_files
+
+    cfg = load_config_files(*(ROOT / p for p in ("config/config.yaml", "config/gpu/h200x2-llama3-70b.yaml",
+                                                 "config/gpu/no-layer.yaml", "config/gpu/window-300.yaml")))
+    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    t = s.config["timing"]
+    assert t["window_ms"] == 300 and t["max_rounds"] == 6 and t["futility"] is True and t["preroll_ms"] == 150
+    assert s.config["layer"]["enabled"] is False
