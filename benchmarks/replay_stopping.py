@@ -23,20 +23,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from tptune.cases import REFERENCE_KINDS, parse_case_id  # noqa: E402
-from tptune.search.rounds import measured_next, rotation, session_state, should_stop  # noqa: E402
+from tptune.search.rounds import measured_next, point_rounds, rotation, session_state, should_stop  # noqa: E402
+from tptune.workflow import read_session  # noqa: E402
 
 
 def recorded_rounds(session_dir: Path) -> tuple[dict, dict[str, dict[int, float]]]:
     """(session.json, {member: {round id: value}}) of a recorded session (failed members left out)."""
-    rec = json.loads((session_dir / "session.json").read_text())
-    vals = {}
-    for cid, rel in rec["runs"].items():
-        run = json.loads((session_dir / rel).read_text())
-        t = (run.get("timing") or {}).get("total_ms") or {}
-        if run.get("status") == "ok" and t.get("rounds"):
-            ids = t.get("round_ids") or list(range(len(t["rounds"])))
-            vals[cid] = {int(i): float(v) for i, v in zip(ids, t["rounds"])}
-    return rec, vals
+    rec, runs = read_session(session_dir, ".")
+    vals = {cid: point_rounds(run) for cid, run in runs.items()}
+    return rec, {cid: v for cid, v in vals.items() if v}
 
 
 def replay(rec: dict, vals: dict[str, dict[int, float]], futility: bool) -> dict:

@@ -65,10 +65,9 @@ def window_value(iterations: list[float], window_ms: float, min_iters: int) -> f
     return statistics.median(iterations[:max(k, 1)])
 
 
-def log_ratio_sd(a: list[float], b: list[float]) -> float:
-    """Standard deviation of the per-round log ratio of two members paired by round."""
-    ds = [math.log(x) - math.log(y) for x, y in zip(a, b)]
-    return statistics.stdev(ds) if len(ds) >= 2 else math.inf
+def log_ratios(a: list[float], b: list[float]) -> list[float]:
+    """Per-round log ratios of two members paired by round."""
+    return [math.log(x) - math.log(y) for x, y in zip(a, b)]
 
 
 def rounds_needed(sd: float, half: float, most: int = 1000) -> int:
@@ -88,13 +87,13 @@ def analyse(members: dict[str, dict], windows: list[float], half: float) -> list
     for w in windows:
         va = [window_value(r, w, ra["min_iters"]) for r in ra["rounds"]]
         vb = [window_value(r, w, rb["min_iters"]) for r in rb["rounds"]]
-        sd = log_ratio_sd(va, vb)
+        ds = log_ratios(va, vb)
+        sd = statistics.stdev(ds) if len(ds) >= 2 else math.inf
         n = rounds_needed(sd, half)
         gpu_w = [min(w, sum(r)) for r in ra["rounds"] + rb["rounds"]]   # the GPU time a W window times
         cost = 2 * (statistics.fmean(gpu_w) / 1e3 + (ra["overhead_s"] + rb["overhead_s"]) / 2)
-        rows.append({"window_ms": w, "sd": sd, "ratio": math.exp(statistics.fmean(
-            math.log(x) - math.log(y) for x, y in zip(va, vb))), "rounds": n, "round_pair_s": cost,
-            "s_per_decision": n * cost})
+        rows.append({"window_ms": w, "sd": sd, "ratio": math.exp(statistics.fmean(ds)), "rounds": n,
+                     "round_pair_s": cost, "s_per_decision": n * cost})
     return rows
 
 

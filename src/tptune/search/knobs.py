@@ -160,14 +160,14 @@ def _replay(op, tp, references, measured, config, workload, floor, win=None):
                 if joint_done:
                     continue
                 joint_done = True
-                inc = _joint(op, tp, group, bulk_pair, inc, cfg, config, workload, (floor, win), session, pick,
+                inc = _joint(op, tp, group, bulk_pair, inc, cfg, config, workload, (win, floor), session, pick,
                              measured)
                 continue
             vals = _values(name, inc, group, config, workload)
             if len(vals) < 2:
                 continue
             if group in UNIMODAL_GROUPS:
-                best_v = _bisect(op, tp, group, name, inc, vals, measured, (floor, win), session)
+                best_v = _bisect(op, tp, group, name, inc, vals, measured, (win, floor), session)
                 cur = current_value(inc[name], group)
                 opts = sorted({cur, best_v}, key=lambda v: vals.index(v) if v in vals else len(vals))
                 _, inc = pick(f"{group}:{name}:confirm", [(v, with_knob(inc, name, group, v)) for v in opts])
@@ -194,7 +194,7 @@ def _values(name, inc, group, config, workload):
 
 
 def _bisect(op, tp, group, name, inc, vals, measured, margins, session):
-    floor, win = margins
+    win, floor = margins          # as workflow.step_margins gives them
     pairs = {}
     while True:
         todo = bisect.next_points(vals, {}, floor=floor, pairs=pairs, win=win)
