@@ -16,11 +16,20 @@ would have timed (the same build, pre-roll and hold). For each W in ``--windows`
   of a tie that sits at 1.00 lies inside the 2% noise floor), from that sd;
 - s/decision: those rounds times the two members' cost of a round (W + the measured overhead).
 
+The same recording prices the pre-roll (worker.timing: the op's own work run untimed before the timed
+window, so that the card's clock has settled from its idle boost). Run with ``--preroll-ms 0`` (then
+only the warm-up, the probe and PREROLL_MIN iterations precede the window), and each S in ``--skips``
+drops the first S ms of every recorded window: the rest is what a pre-roll of S ms more would have
+timed, the same work in the same order. Each (S, W) row also gives each member's level: the mean over
+rounds of its value against the row of the longest S at the same W (below 1: the short pre-roll
+times the op faster, on a clock that has not settled).
+
 ``--shard N`` divides the heads, query groups and FFN width by N: one GPU then runs the per-rank
 GEMMs of TP=N (without its collectives), so the single-GPU machine measures the ops' TP=N durations.
 
   python benchmarks/window_length.py --config config/gpu/h200x2-llama3-70b.yaml --tp 1 --shard 2 \
       [--rounds 12] [--window-ms 1000] [--windows 100,250,500,1000] [--json out.json]
+      [--preroll-ms 0 --skips 0,25,50,100,150]
 """
 from __future__ import annotations
 
@@ -53,16 +62,22 @@ def split_rounds(samples: list[float], round_iters: list[int]) -> list[list[floa
     return out
 
 
-def window_value(iterations: list[float], window_ms: float, min_iters: int) -> float:
-    """The round value a window of ``window_ms`` would have given: the median of the first iterations
-    whose GPU time fits in it (at least ``min_iters``, as timing.timed_iters keeps ``iters``)."""
+def window_value(iterations: list[float], window_ms: float, min_iters: int, skip_ms: float = 0.0) -> float:
+    """The round value a window of ``window_ms`` would have given after ``skip_ms`` more pre-roll: the
+    median of the iterations that start at or after ``skip_ms`` of GPU time and fit in the window (at
+    least ``min_iters``, as timing.timed_iters keeps ``iters``)."""
+    start, done = 0, 0.0
+    while start < len(iterations) - 1 and done < skip_ms:
+        done += iterations[start]
+        start += 1
+    rest = iterations[start:]
     k, total = 0, 0.0
-    for t in iterations:
+    for t in rest:
         if k >= min_iters and total + t > window_ms:
             break
         total += t
         k += 1
-    return statistics.median(iterations[:max(k, 1)])
+    return statistics.median(rest[:max(k, 1)])
 
 
 def log_ratios(a: list[float], b: list[float]) -> list[float]:
@@ -80,20 +95,28 @@ def rounds_needed(sd: float, half: float, most: int = 1000) -> int:
     return most
 
 
-def analyse(members: dict[str, dict], windows: list[float], half: float) -> list[dict]:
-    """One row per window: sd of the pair's log ratio, rounds needed, seconds per decision."""
+def analyse(members: dict[str, dict], windows: list[float], half: float,
+            skips: tuple[float, ...] = (0.0,)) -> list[dict]:
+    """One row per (skip, window): sd of the pair's log ratio, rounds needed, seconds per decision, and
+    each member's level against the longest skip at the same window."""
     (a, ra), (b, rb) = list(members.items())[:2]
-    rows = []
-    for w in windows:
-        va = [window_value(r, w, ra["min_iters"]) for r in ra["rounds"]]
-        vb = [window_value(r, w, rb["min_iters"]) for r in rb["rounds"]]
-        ds = log_ratios(va, vb)
-        sd = statistics.stdev(ds) if len(ds) >= 2 else math.inf
-        n = rounds_needed(sd, half)
-        gpu_w = [min(w, sum(r)) for r in ra["rounds"] + rb["rounds"]]   # the GPU time a W window times
-        cost = 2 * (statistics.fmean(gpu_w) / 1e3 + (ra["overhead_s"] + rb["overhead_s"]) / 2)
-        rows.append({"window_ms": w, "sd": sd, "ratio": math.exp(statistics.fmean(ds)), "rounds": n,
-                     "round_pair_s": cost, "s_per_decision": n * cost})
+    rows, values = [], {}
+    for skip in skips:
+        for w in windows:
+            va = [window_value(r, w, ra["min_iters"], skip) for r in ra["rounds"]]
+            vb = [window_value(r, w, rb["min_iters"], skip) for r in rb["rounds"]]
+            values[skip, w] = va, vb
+            ds = log_ratios(va, vb)
+            sd = statistics.stdev(ds) if len(ds) >= 2 else math.inf
+            n = rounds_needed(sd, half)
+            gpu_w = [min(w + skip, sum(r)) for r in ra["rounds"] + rb["rounds"]]   # the GPU time it runs
+            cost = 2 * (statistics.fmean(gpu_w) / 1e3 + (ra["overhead_s"] + rb["overhead_s"]) / 2)
+            rows.append({"skip_ms": skip, "window_ms": w, "sd": sd, "ratio": math.exp(statistics.fmean(ds)),
+                         "rounds": n, "round_pair_s": cost, "s_per_decision": n * cost})
+    ref = max(skips)
+    for row in rows:
+        mine, theirs = values[row["skip_ms"], row["window_ms"]], values[ref, row["window_ms"]]
+        row["level"] = [math.exp(statistics.fmean(log_ratios(m, t))) for m, t in zip(mine, theirs)]
     return rows
 
 
@@ -131,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--windows", default="100,200,300,400,500,750,1000",
                     help="windows (ms) to evaluate from the recorded rounds (at most --window-ms)")
     ap.add_argument("--half", type=float, default=0.01, help="95%% half-width a comparison needs")
+    ap.add_argument("--preroll-ms", type=float, default=None, help="the sessions' pre-roll (default: the config's)")
+    ap.add_argument("--skips", default="0", help="ms dropped from the start of each window: more pre-roll, post hoc")
     ap.add_argument("--json", help="write the rounds and the table here")
     a = ap.parse_args(argv)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
@@ -139,11 +164,15 @@ def main(argv=None) -> int:
     ops = a.ops.split(",") if a.ops else list(s.ops)
     pair = a.pair.split(",")
     windows = sorted(float(w) for w in a.windows.split(",") if float(w) <= a.window_ms)
+    skips = tuple(sorted(float(x) for x in a.skips.split(",")))
     if len(pair) != 2 or not windows:
         ap.error("--pair takes two settings and --windows at least one window <= --window-ms")
+    if skips[0] < 0 or skips[-1] + windows[-1] > a.window_ms:
+        ap.error("--skips: each skip plus the longest window must fit in --window-ms")
     launcher = Launcher(s.launcher_settings())
     out: dict = {"model": mc.model.name, "tp": a.tp, "shard": a.shard, "pair": pair, "rounds": a.rounds,
-                 "window_ms": a.window_ms, "half": a.half, "ops": {}}
+                 "window_ms": a.window_ms, "half": a.half, "preroll_ms": a.preroll_ms, "skips": list(skips),
+                 "ops": {}}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tptune-window-") as tmp:
         for op in ops:
@@ -152,6 +181,8 @@ def main(argv=None) -> int:
             op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=a.rounds,
                                                         max_rounds=a.rounds, profile_steps=0,
                                                         window_ms=a.window_ms))
+            if a.preroll_ms is not None:
+                op_settings["timing"]["preroll_ms"] = a.preroll_ms
             rec = launcher.session(members, mc, Path(tmp) / op, op_settings, session_id=f"window/{op}",
                                    evidence=False)
             runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
@@ -160,18 +191,27 @@ def main(argv=None) -> int:
                 print(f"{op}: {', '.join(bad)} failed: {runs[bad[0]].get('error')}", file=sys.stderr)
                 continue
             mem = {cid: member_record(r) for cid, r in runs.items()}
-            out["ops"][op] = {"members": mem, "table": analyse(mem, windows, a.half)}
+            out["ops"][op] = {"members": mem, "table": analyse(mem, windows, a.half, skips)}
     print(f"{mc.model.name} TP={a.tp}, {' vs '.join(pair)}, {a.rounds} alternating rounds of a "
           f"{a.window_ms:.0f} ms window per op ({time.monotonic() - t0:.0f} s); rounds for a 95% half-width "
           f"of {a.half:.0%}")
-    print(f"{'op':5} {'ms/iter':>8} {'overhead s':>10} " + " ".join(f"{w:>18.0f}" for w in windows))
-    print(f"{'':5} {'':>8} {'':>10} " + " ".join(f"{'sd% rounds s/dec':>18}" for _ in windows))
+    print(f"{'op':5} {'ms/iter':>8} {'overhead s':>10} {'skip':>5} " + " ".join(f"{w:>18.0f}" for w in windows))
+    print(f"{'':5} {'':>8} {'':>10} {'ms':>5} " + " ".join(f"{'sd% rounds s/dec':>18}" for _ in windows))
     for op, d in out["ops"].items():
         first = next(iter(d["members"].values()))
         ms = statistics.median(t for r in first["rounds"] for t in r)
         ovh = statistics.fmean(m["overhead_s"] for m in d["members"].values())
-        cells = " ".join(f"{r['sd'] * 100:6.2f} {r['rounds']:4d} {r['s_per_decision']:6.1f}" for r in d["table"])
-        print(f"{op:5} {ms:8.3f} {ovh:10.3f} {cells}")
+        for skip in skips:
+            rows = [r for r in d["table"] if r["skip_ms"] == skip]
+            cells = " ".join(f"{r['sd'] * 100:6.2f} {r['rounds']:4d} {r['s_per_decision']:6.1f}" for r in rows)
+            print(f"{op:5} {ms:8.3f} {ovh:10.3f} {skip:5.0f} {cells}")
+    if len(skips) > 1:
+        print(f"each member's level against a skip of {skips[-1]:.0f} ms at the same window, % ({' / '.join(pair)})")
+        for op, d in out["ops"].items():
+            for skip in skips[:-1]:
+                rows = [r for r in d["table"] if r["skip_ms"] == skip]
+                cells = " ".join(f"{'/'.join(f'{(x - 1) * 100:+.1f}' for x in r['level']):>18}" for r in rows)
+                print(f"{op:5} {'':>8} {'':>10} {skip:5.0f} {cells}")
     if a.json:
         Path(a.json).write_text(json.dumps(out, separators=(",", ":")))
     return 0

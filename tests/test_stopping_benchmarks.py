@@ -48,6 +48,25 @@ def test_window_value_takes_the_iterations_a_shorter_window_would_have_timed():
         wl.split_rounds([1, 2, 3], [2, 2])
 
 
+def test_a_skip_drops_the_first_ms_of_each_window_as_a_longer_preroll_would():
+    its = [2.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    assert wl.window_value(its, 2.0, 1) == 2.0
+    assert wl.window_value(its, 2.0, 1, skip_ms=4.0) == 1.0      # the two slow iterations fall in the skip
+    assert wl.window_value(its, 2.0, 1, skip_ms=3.0) == 1.0      # a skip ends on an iteration's end
+    assert wl.window_value(its, 1.0, 1, skip_ms=100.0) == 1.0    # the last iteration stays
+
+
+def test_analyse_gives_each_members_level_against_the_longest_skip():
+    # a starts 20% slow (an unsettled clock) for 1 ms of each window; b is flat
+    a = {"rounds": [[1.2, 1.0, 1.0, 1.0], [1.2, 1.0, 1.0, 1.0]], "min_iters": 1, "overhead_s": 0.1}
+    b = {"rounds": [[1.0] * 4] * 2, "min_iters": 1, "overhead_s": 0.1}
+    short, settled = wl.analyse({"a": a, "b": b}, [1.0], 0.01, skips=(0.0, 1.0))
+    assert (short["skip_ms"], settled["skip_ms"]) == (0.0, 1.0)
+    assert short["ratio"] == pytest.approx(1.2) and settled["ratio"] == pytest.approx(1.0)
+    assert short["level"] == pytest.approx([1.2, 1.0]) and settled["level"] == pytest.approx([1.0, 1.0])
+    assert settled["round_pair_s"] == pytest.approx(2 * (0.002 + 0.1))   # a skip's GPU time is paid
+
+
 def test_rounds_needed_follows_the_t_interval():
     assert wl.rounds_needed(0.0, 0.01) == 2
     sd = 0.01
@@ -75,7 +94,8 @@ def test_window_length_runs_a_real_session_on_cpu(tmp_path, pool_dir):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "w.json"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks/window_length.py"), "--config", str(tmp_path / "c.yaml"),
-                        "--tp", "2", "--shard", "2", "--rounds", "3", "--window-ms", "50", "--windows", "5,50",
+                        "--tp", "2", "--shard", "2", "--rounds", "3", "--window-ms", "50", "--windows", "5,40",
+                        "--preroll-ms", "0", "--skips", "0,10",
                         "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     res = json.loads(out.read_text())
@@ -83,5 +103,8 @@ def test_window_length_runs_a_real_session_on_cpu(tmp_path, pool_dir):
     members = res["ops"]["fc2"]["members"]
     assert sorted(members) == ["fc2-tp2-nocomm", "fc2-tp2-none"]
     assert all(len(m["rounds"]) == 3 and m["overhead_s"] > 0 for m in members.values())
-    assert [r["window_ms"] for r in res["ops"]["fc2"]["table"]] == [5.0, 50.0]
+    table = res["ops"]["fc2"]["table"]
+    assert [(r["skip_ms"], r["window_ms"]) for r in table] == [(0.0, 5.0), (0.0, 40.0), (10.0, 5.0), (10.0, 40.0)]
+    assert res["preroll_ms"] == 0.0 and all(len(r["level"]) == 2 for r in table)
     assert "fc2" in p.stdout and "rounds for a 95% half-width of 1%" in p.stdout
+    assert "each member's level against a skip of 10 ms" in p.stdout
