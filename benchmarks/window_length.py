@@ -24,6 +24,13 @@ timed, the same work in the same order. Each (S, W) row also gives each member's
 rounds of its value against the row of the longest S at the same W (below 1: the short pre-roll
 times the op faster, on a clock that has not settled).
 
+``--from-noise FILE ...`` measures nothing: it reads benchmarks/measure_noise.py recordings (made with
+``--against``, each call one batch or several of a setting and then of the reference, the iterations in
+order) and asks the same of them, pairing a setting with its reference by call: per (skip, window) the
+pooled sd of the per-call log ratio with its 95% interval, and the ratio's bias against the settled
+part of the window (``--settled SKIP,WINDOW``). So the machines whose recordings are committed
+(results/noise-x2: 2xH200) answer without a lease.
+
 ``--shard N`` divides the heads, query groups and FFN width by N: one GPU then runs the per-rank
 GEMMs of TP=N (without its collectives), so the single-GPU machine measures the ops' TP=N durations.
 
@@ -120,6 +127,98 @@ def analyse(members: dict[str, dict], windows: list[float], half: float,
     return rows
 
 
+def sd_interval(sd: float, df: int) -> tuple[float, float]:
+    """95% interval of a standard deviation with ``df`` degrees of freedom (chi-square quantiles: exact
+    below df = 5, from there by the Wilson-Hilferty approximation, within 1% of the exact ones)."""
+    small = {1: (0.000982, 5.024), 2: (0.0506, 7.378), 3: (0.216, 9.348), 4: (0.484, 11.143)}
+
+    def chi2(z):
+        return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    q_lo, q_hi = small[df] if df in small else (chi2(-1.959964), chi2(1.959964))
+    return sd * math.sqrt(df / q_hi), sd * math.sqrt(df / q_lo)
+
+
+def call_batches(call: dict) -> list[list[float]]:
+    """A measure_noise call's timed iterations cut into its batches."""
+    its, out, i = call["iterations_ms"], [], 0
+    for b in call["batches"]:
+        n = b.get("iters") or 0
+        out.append(its[i:i + n])
+        i += n
+    if i != len(its) or not all(out):
+        raise ValueError(f"call {call.get('call')}: its batches' iterations do not add up to its {len(its)}")
+    return out
+
+
+def call_log_value(call: dict, window_ms: float, min_iters: int, skip_ms: float) -> float:
+    """log of a call's value at (skip, window): the mean over its batches of log window_value."""
+    return statistics.fmean(math.log(window_value(b, window_ms, min_iters, skip_ms)) for b in call_batches(call))
+
+
+def noise_pairs(recording: dict) -> dict[str, tuple[list, list]]:
+    """{op: (the setting's calls, the reference's calls)} of a measure_noise recording made with --against."""
+    calls = recording["calls"]
+    out = {}
+    for key, ref in calls.items():
+        op, _, mode = key.partition("/")
+        if mode.startswith("gpu:") and f"{op}/gpu" in calls:
+            out[op] = (calls[f"{op}/gpu"], ref)
+    return out
+
+
+def replay_noise(recordings: list[dict], windows: list[float], skips: tuple[float, ...],
+                 settled: tuple[float, float], min_iters: int) -> dict:
+    """Per (skip, window): the pooled sd of the per-call log ratio (setting / reference) over every op
+    of every recording, its interval, and per op the ratio against the settled (skip, window), the
+    mean over calls with its 95% interval."""
+    pairs = [(op, a, b) for rec in recordings for op, (a, b) in noise_pairs(rec).items()]
+    if not pairs:
+        raise ValueError("no recording holds a setting and its reference (measure_noise --against)")
+    recorded = statistics.median(sum(b) for _, a, b_ in pairs for c in a + b_ for b in call_batches(c))
+    if sum(settled) > recorded * 1.01:
+        raise ValueError(f"the settled skip plus window ({sum(settled):.0f} ms) exceeds the recorded windows "
+                         f"({recorded:.0f} ms, the median batch)")
+
+    def log_ratio(a, b, w, skip):
+        return call_log_value(a, w, min_iters, skip) - call_log_value(b, w, min_iters, skip)
+    rows = []
+    for skip in skips:
+        for w in windows:
+            if skip + w > recorded * 1.01:       # past the recorded window: it would time less than w
+                continue
+            ss, df, bias = 0.0, 0, {}
+            for op, a_calls, b_calls in pairs:
+                ds = [log_ratio(a, b, w, skip) for a, b in zip(a_calls, b_calls)]
+                ss += statistics.variance(ds) * (len(ds) - 1)
+                df += len(ds) - 1
+                bias.setdefault(op, []).extend(d - log_ratio(a, b, *reversed(settled))
+                                               for d, a, b in zip(ds, a_calls, b_calls))
+            sd = math.sqrt(ss / df)
+            lo, hi = sd_interval(sd, df)
+            rows.append({"skip_ms": skip, "window_ms": w, "sd": sd, "sd_lo": lo, "sd_hi": hi, "df": df,
+                         "bias": {op: _mean_interval(v) for op, v in bias.items()}})
+    return {"pairs": len(pairs), "settled": list(settled), "recorded_ms": recorded, "table": rows}
+
+
+def _mean_interval(logs: list[float]) -> list[float]:
+    """[ratio, lo, hi, n]: exp of the mean of ``logs`` with its 95% t interval."""
+    n, mu = len(logs), statistics.fmean(logs)
+    h = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else math.inf
+    return [math.exp(mu), math.exp(mu - h), math.exp(mu + h), n]
+
+
+def print_noise_replay(res: dict, files: list[str]) -> None:
+    skip, w = res["settled"]
+    print(f"{len(files)} recording(s), {res['pairs']} (op, recording) pairs, windows of {res['recorded_ms']:.0f} ms "
+          f"recorded (the median batch; a skip plus a window beyond it is left out); paired by call")
+    print(f"{'skip':>5} {'window':>6} {'pooled sd [95%]':>24} {'df':>4}  ratio / ratio at skip {skip:.0f}, "
+          f"window {w:.0f} [95%]")
+    for r in res["table"]:
+        bias = "  ".join(f"{op} {b[0]:.4f} [{b[1]:.4f}, {b[2]:.4f}]" for op, b in r["bias"].items())
+        print(f"{r['skip_ms']:5.0f} {r['window_ms']:6.0f} {r['sd'] * 100:7.2f}% [{r['sd_lo'] * 100:.2f}, "
+              f"{r['sd_hi'] * 100:.2f}] {r['df']:4d}  {bias}")
+
+
 def member_record(run: dict) -> dict:
     """Rounds (iterations in order), the minimum timed iterations and the overhead of a round (the
     held time less its timed GPU time) of a member's run.json."""
@@ -157,7 +256,12 @@ def main(argv=None) -> int:
     ap.add_argument("--preroll-ms", type=float, default=None, help="the sessions' pre-roll (default: the config's)")
     ap.add_argument("--skips", default="0", help="ms dropped from the start of each window: more pre-roll, post hoc")
     ap.add_argument("--json", help="write the rounds and the table here")
+    ap.add_argument("--from-noise", nargs="+", metavar="FILE", help="replay measure_noise recordings instead")
+    ap.add_argument("--settled", default="200,300", help="SKIP,WINDOW of the settled part (--from-noise)")
+    ap.add_argument("--min-iters", type=int, default=10, help="timed iterations a window keeps (--from-noise)")
     a = ap.parse_args(argv)
+    if a.from_noise:
+        return main_from_noise(a, ap)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
     s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
     mc = sharded(s.model, a.shard) if a.shard > 1 else s.model
@@ -214,6 +318,28 @@ def main(argv=None) -> int:
                 print(f"{op:5} {'':>8} {'':>10} {skip:5.0f} {cells}")
     if a.json:
         Path(a.json).write_text(json.dumps(out, separators=(",", ":")))
+    return 0
+
+
+def main_from_noise(a, ap) -> int:
+    windows = sorted(float(w) for w in a.windows.split(","))
+    skips = tuple(sorted(float(x) for x in a.skips.split(",")))
+    settled = tuple(float(x) for x in a.settled.split(","))
+    if len(settled) != 2:
+        ap.error("--settled takes SKIP,WINDOW")
+    recordings = []
+    for f in a.from_noise:
+        try:
+            recordings.append(json.loads(Path(f).read_text()))
+        except (OSError, json.JSONDecodeError) as e:
+            ap.error(f"--from-noise {f}: {e}")
+    try:
+        res = replay_noise(recordings, windows, skips, settled, a.min_iters)
+    except (KeyError, ValueError) as e:
+        raise SystemExit(f"--from-noise: {e}")
+    print_noise_replay(res, a.from_noise)
+    if a.json:
+        Path(a.json).write_text(json.dumps(dict(res, files=a.from_noise), separators=(",", ":")))
     return 0
 
 

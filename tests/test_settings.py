@@ -48,18 +48,14 @@ def test_schema_types(pool_dir):
         resolve(base_config(pool_dir, search={"bogus": 1}))
 
 
-def test_gpu_overlays_merge_over_the_x2_config():
-    """config/gpu/no-layer.yaml, window-300.yaml and preroll-50.yaml, as scripts/device_workflow.sh passes
-    them (EXTRA_CONFIG)."""
+def test_gpu_overlay_merges_over_the_x2_config():
+    """config/gpu/no-layer.yaml over the x2 config, as scripts/device_workflow.sh passes it (EXTRA_CONFIG)."""
     from conftest import ROOT
     from tptune.settings import load_config_files
 
-    base = ("config/config.yaml", "config/gpu/h200x2-llama3-70b.yaml", "config/gpu/no-layer.yaml")
-    cfg = load_config_files(*(ROOT / p for p in base + ("config/gpu/window-300.yaml",)))
+    cfg = load_config_files(*(ROOT / p for p in ("config/config.yaml", "config/gpu/h200x2-llama3-70b.yaml",
+                                                 "config/gpu/no-layer.yaml")))
     s = resolve(cfg, base_dir=ROOT, check_hardware=False)
     t = s.config["timing"]
-    assert t["window_ms"] == 300 and t["max_rounds"] == 6 and t["futility"] is True and t["preroll_ms"] == 150
+    assert (t["window_ms"], t["preroll_ms"], t["max_rounds"], t["futility"]) == (500, 150, 6, True)
     assert s.config["layer"]["enabled"] is False
-    cfg = load_config_files(*(ROOT / p for p in base + ("config/gpu/window-300.yaml", "config/gpu/preroll-50.yaml")))
-    t = resolve(cfg, base_dir=ROOT, check_hardware=False).config["timing"]
-    assert (t["window_ms"], t["preroll_ms"], t["max_rounds"]) == (300, 50, 6)

@@ -67,6 +67,59 @@ def test_analyse_gives_each_members_level_against_the_longest_skip():
     assert settled["round_pair_s"] == pytest.approx(2 * (0.002 + 0.1))   # a skip's GPU time is paid
 
 
+def _noise_call(call, batches):
+    return {"call": call, "batches": [{"iters": len(b)} for b in batches], "iterations_ms": [t for b in batches for t in b]}
+
+
+def test_replay_noise_pairs_a_setting_with_its_reference_by_call():
+    # the setting runs 10% slow for its first 2 ms of each batch; the reference is flat; call 1 is 4% slower
+    # in both (a level the pairing removes)
+    slow = [1.1, 1.1, 1.0, 1.0, 1.0, 1.0]
+    rec = {"calls": {"fc2/gpu": [_noise_call(0, [slow, slow]), _noise_call(1, [[x * 1.04 for x in slow]] * 2)],
+                     "fc2/gpu:none": [_noise_call(0, [[1.0] * 6] * 2), _noise_call(1, [[1.04] * 6] * 2)],
+                     "fc2/events": [_noise_call(0, [[9.0]])]}}
+    assert list(wl.noise_pairs(rec)) == ["fc2"]
+    res = wl.replay_noise([rec], [2.0, 4.0], (0.0, 2.0), settled=(2.0, 4.0), min_iters=1)
+    assert res["pairs"] == 1 and res["recorded_ms"] == pytest.approx(6.22)
+    rows = {(r["skip_ms"], r["window_ms"]): r for r in res["table"]}
+    assert set(rows) == {(0.0, 2.0), (0.0, 4.0), (2.0, 2.0), (2.0, 4.0)}
+    assert rows[0.0, 2.0]["bias"]["fc2"][0] == pytest.approx(1.1)      # the unsettled start, against the rest
+    assert rows[2.0, 4.0]["bias"]["fc2"][:3] == pytest.approx([1.0, 1.0, 1.0])
+    assert all(r["sd"] == pytest.approx(0.0, abs=1e-12) and r["df"] == 1 for r in rows.values())
+    assert wl.replay_noise([rec], [5.0], (0.0, 2.0), settled=(0.0, 2.0), min_iters=1)["table"][0]["skip_ms"] == 0.0
+    with pytest.raises(ValueError, match="settled skip plus window"):
+        wl.replay_noise([rec], [2.0], (0.0,), settled=(4.0, 4.0), min_iters=1)
+    with pytest.raises(ValueError, match="do not add up"):
+        wl.call_batches({"call": 3, "batches": [{"iters": 2}], "iterations_ms": [1.0]})
+
+
+def test_sd_interval_brackets_the_sd():
+    lo, hi = wl.sd_interval(0.01, 120)
+    assert 0.0088 < lo < 0.0090 and 0.0113 < hi < 0.0116      # chi-square(120): 91.6 and 152.2
+    lo, hi = wl.sd_interval(0.01, 11)
+    assert 0.0070 < lo < 0.0071 and 0.0168 < hi < 0.0172      # chi-square(11): 3.82 and 21.9
+    lo, hi = wl.sd_interval(0.01, 1)
+    assert 0.0044 < lo < 0.0045 and 0.31 < hi < 0.32          # chi-square(1): 0.000982 and 5.02
+
+
+def test_window_length_replays_a_committed_x2_noise_recording(tmp_path):
+    out = tmp_path / "r.json"
+    rec = ROOT / "results/noise-x2/noise-lease4-window500-rounds3.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks/window_length.py"), "--from-noise", str(rec),
+                        "--windows", "100,300,500", "--skips", "0,200", "--json", str(out)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["pairs"] == 4 and 480 < res["recorded_ms"] < 560
+    assert [(r["skip_ms"], r["window_ms"]) for r in res["table"]] == [(0, 100), (0, 300), (0, 500), (200, 100),
+                                                                      (200, 300)]
+    assert all(r["df"] == 24 and r["sd_lo"] < r["sd"] < r["sd_hi"] for r in res["table"])
+    assert "paired by call" in p.stdout and "proj" in p.stdout
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks/window_length.py"), "--from-noise",
+                          str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "missing.json" in bad.stderr
+
+
 def test_rounds_needed_follows_the_t_interval():
     assert wl.rounds_needed(0.0, 0.01) == 2
     sd = 0.01
