@@ -95,6 +95,21 @@ def session_analysis_path(run_dir: Path, session_json: Path) -> Path:
     return Path(run_dir) / "analysis" / rel.parent / f"{rel.name}.parquet"
 
 
+def round_costs(run: dict) -> dict:
+    """Where a member's rounds went, in seconds summed over its rounds (the slowest rank of each): the
+    build (init_s), the measurement (measure_s: warm-up, probe, hold, pre-roll, timed window, profile,
+    check), of which the timed window's GPU time (timed_s) and the hold (hold_s: the sleep and the
+    pre-roll, GPU time), and the teardown (close_s). held_s - init_s - measure_s - close_s is the
+    request's handling and round trip."""
+    launch = run.get("launch") or {}
+    samples = ((run.get("timing") or {}).get("total_ms") or {}).get("samples")
+    batches = (run.get("host") or {}).get("batches") or []
+    slept = [b.get("slept_ms") for b in batches]
+    return {"init_s": launch.get("init_s"), "measure_s": launch.get("measure_s"), "close_s": launch.get("close_s"),
+            "timed_s": sum(samples) / 1e3 if samples else None,
+            "hold_s": sum(slept) / 1e3 if slept and all(x is not None for x in slept) else None}
+
+
 def collect(run_dir: Path, session_jsons: list[Path], out: Path) -> pl.DataFrame:
     """One row per setting per session: timing (per-round medians), host figures, trace metrics, verdict."""
     rows, summaries = [], {}
@@ -132,7 +147,7 @@ def collect(run_dir: Path, session_jsons: list[Path], out: Path) -> pl.DataFrame
                 "host_ahead": host.get("host_ahead"),
                 "correct": corr.get("ok") if corr else None,
                 "server_started": launch.get("server_started"), "case_s": launch.get("case_s"),
-                "wall_s": r.get("wall_s"),
+                "wall_s": r.get("wall_s"), **round_costs(r),
                 **_flatten_summary(summary), "analysis_error": aerr,
             })
     for row in rows:  # verdict against the no-overlap case of the same session

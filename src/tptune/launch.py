@@ -476,7 +476,7 @@ def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, setting
         run["launch"] = {
             "gpus": first["gpus"], "server_started": any(a.get("server_started") for a in attempts),
             "startup": next((res["reply"].get("startup") for res in launches if res["reply"].get("startup")), None),
-            "init_s": max(r["init_s"] for res in launches for r in res["reply"]["ranks"]),
+            "init_s": slowest("init_s"),
             "measure_s": slowest("measure_s"), "case_s": slowest("total_s"),
             # the rest of held_s: teardown, the worker's request handling, the client's round trip
             "close_s": slowest("close_s"), "serve_s": slowest("serve_s"),
