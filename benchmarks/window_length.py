@@ -174,13 +174,15 @@ def replay_noise(recordings: list[dict], windows: list[float], skips: tuple[floa
     pairs = [(op, a, b) for rec in recordings for op, (a, b) in noise_pairs(rec).items()]
     if not pairs:
         raise ValueError("no recording holds a setting and its reference (measure_noise --against)")
-    recorded = statistics.median(sum(b) for _, a, b_ in pairs for c in a + b_ for b in call_batches(c))
+    recorded = statistics.median(sum(batch) for _, a_calls, b_calls in pairs for call in a_calls + b_calls
+                                 for batch in call_batches(call))
     if sum(settled) > recorded * 1.01:
         raise ValueError(f"the settled skip plus window ({sum(settled):.0f} ms) exceeds the recorded windows "
                          f"({recorded:.0f} ms, the median batch)")
 
     def log_ratio(a, b, w, skip):
         return call_log_value(a, w, min_iters, skip) - call_log_value(b, w, min_iters, skip)
+    settled_skip, settled_w = settled
     rows = []
     for skip in skips:
         for w in windows:
@@ -191,7 +193,7 @@ def replay_noise(recordings: list[dict], windows: list[float], skips: tuple[floa
                 ds = [log_ratio(a, b, w, skip) for a, b in zip(a_calls, b_calls)]
                 ss += statistics.variance(ds) * (len(ds) - 1)
                 df += len(ds) - 1
-                bias.setdefault(op, []).extend(d - log_ratio(a, b, *reversed(settled))
+                bias.setdefault(op, []).extend(d - log_ratio(a, b, settled_w, settled_skip)
                                                for d, a, b in zip(ds, a_calls, b_calls))
             sd = math.sqrt(ss / df)
             lo, hi = sd_interval(sd, df)
@@ -239,6 +241,27 @@ def sharded(model, n: int):
     spec = dataclasses.replace(m, name=f"{m.name}/shard{n}", num_attention_heads=m.num_attention_heads // n,
                                num_query_groups=m.num_query_groups // n, ffn_hidden_size=m.ffn_hidden_size // n)
     return dataclasses.replace(model, model=spec)
+
+
+def print_windows(out: dict, windows: list[float], skips: tuple[float, ...], pair: list[str]) -> None:
+    """Per op and skip: sd, rounds and seconds per decision at each window; then the members' levels."""
+    print(f"{'op':5} {'ms/iter':>8} {'overhead s':>10} {'skip':>5} " + " ".join(f"{w:>18.0f}" for w in windows))
+    print(f"{'':5} {'':>8} {'':>10} {'ms':>5} " + " ".join(f"{'sd% rounds s/dec':>18}" for _ in windows))
+    for op, d in out["ops"].items():
+        first = next(iter(d["members"].values()))
+        ms = statistics.median(t for r in first["rounds"] for t in r)
+        ovh = statistics.fmean(m["overhead_s"] for m in d["members"].values())
+        for skip in skips:
+            rows = [r for r in d["table"] if r["skip_ms"] == skip]
+            cells = " ".join(f"{r['sd'] * 100:6.2f} {r['rounds']:4d} {r['s_per_decision']:6.1f}" for r in rows)
+            print(f"{op:5} {ms:8.3f} {ovh:10.3f} {skip:5.0f} {cells}")
+    if len(skips) > 1:
+        print(f"each member's level against a skip of {skips[-1]:.0f} ms at the same window, % ({' / '.join(pair)})")
+        for op, d in out["ops"].items():
+            for skip in skips[:-1]:
+                rows = [r for r in d["table"] if r["skip_ms"] == skip]
+                cells = " ".join(f"{'/'.join(f'{(x - 1) * 100:+.1f}' for x in r['level']):>18}" for r in rows)
+                print(f"{op:5} {'':>8} {'':>10} {skip:5.0f} {cells}")
 
 
 def main(argv=None) -> int:
@@ -299,23 +322,7 @@ def main(argv=None) -> int:
     print(f"{mc.model.name} TP={a.tp}, {' vs '.join(pair)}, {a.rounds} alternating rounds of a "
           f"{a.window_ms:.0f} ms window per op ({time.monotonic() - t0:.0f} s); rounds for a 95% half-width "
           f"of {a.half:.0%}")
-    print(f"{'op':5} {'ms/iter':>8} {'overhead s':>10} {'skip':>5} " + " ".join(f"{w:>18.0f}" for w in windows))
-    print(f"{'':5} {'':>8} {'':>10} {'ms':>5} " + " ".join(f"{'sd% rounds s/dec':>18}" for _ in windows))
-    for op, d in out["ops"].items():
-        first = next(iter(d["members"].values()))
-        ms = statistics.median(t for r in first["rounds"] for t in r)
-        ovh = statistics.fmean(m["overhead_s"] for m in d["members"].values())
-        for skip in skips:
-            rows = [r for r in d["table"] if r["skip_ms"] == skip]
-            cells = " ".join(f"{r['sd'] * 100:6.2f} {r['rounds']:4d} {r['s_per_decision']:6.1f}" for r in rows)
-            print(f"{op:5} {ms:8.3f} {ovh:10.3f} {skip:5.0f} {cells}")
-    if len(skips) > 1:
-        print(f"each member's level against a skip of {skips[-1]:.0f} ms at the same window, % ({' / '.join(pair)})")
-        for op, d in out["ops"].items():
-            for skip in skips[:-1]:
-                rows = [r for r in d["table"] if r["skip_ms"] == skip]
-                cells = " ".join(f"{'/'.join(f'{(x - 1) * 100:+.1f}' for x in r['level']):>18}" for r in rows)
-                print(f"{op:5} {'':>8} {'':>10} {skip:5.0f} {cells}")
+    print_windows(out, windows, skips, pair)
     if a.json:
         Path(a.json).write_text(json.dumps(out, separators=(",", ":")))
     return 0
