@@ -98,6 +98,20 @@ def test_report_and_configs(finished):
     assert decisions["meta"]["layer"]["2"]["tuned"] == layer["tuned"] and "## Layer at TP=2" in report
 
 
+def test_run_cost_splits_what_the_members_held(finished):
+    """benchmarks/run_cost.py on the real run: every part recorded and none negative (each rank's figures
+    are taken at the slowest rank per figure, so a difference of two may dip by a rank's jitter)."""
+    import sys
+    from conftest import ROOT
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import run_cost
+    workdir, _, _ = finished
+    total = run_cost.run_cost(workdir / RUN)["ops"]["all"]
+    assert total["member_rounds"] > 0 and total["window"] > 0 and total["hold"] == 0.0   # CPU: no hold
+    parts = {n: total[n] for n, _ in run_cost.PARTS}
+    assert all(x is not None and x > -0.01 * total["held_s"] for x in parts.values()), parts
+
+
 def test_failed_case_is_reported_and_others_complete(finished):
     workdir, _, _ = finished
     run = json.loads((workdir / RUN / "sessions/fc2/tp2/chunks/step0/chunked.n4/run.json").read_text())
