@@ -52,7 +52,7 @@ from pathlib import Path
 
 from tptune.cases import make_case
 from tptune.launch import Launcher
-from tptune.search.rounds import t975
+from tptune.search.rounds import log_ratio_interval, t975
 from tptune.settings import load_config_files, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,9 +150,9 @@ def call_batches(call: dict) -> list[list[float]]:
     return out
 
 
-def call_log_value(call: dict, window_ms: float, min_iters: int, skip_ms: float) -> float:
+def batches_log_value(batches: list[list[float]], window_ms: float, min_iters: int, skip_ms: float) -> float:
     """log of a call's value at (skip, window): the mean over its batches of log window_value."""
-    return statistics.fmean(math.log(window_value(b, window_ms, min_iters, skip_ms)) for b in call_batches(call))
+    return statistics.fmean(math.log(window_value(b, window_ms, min_iters, skip_ms)) for b in batches)
 
 
 def noise_pairs(recording: dict) -> dict[str, tuple[list, list]]:
@@ -171,42 +171,42 @@ def replay_noise(recordings: list[dict], windows: list[float], skips: tuple[floa
     """Per (skip, window): the pooled sd of the per-call log ratio (setting / reference) over every op
     of every recording, its interval, and per op the ratio against the settled (skip, window), the
     mean over calls with its 95% interval."""
-    pairs = [(op, a, b) for rec in recordings for op, (a, b) in noise_pairs(rec).items()]
+    # (op, [(setting's batches, reference's batches) per call])
+    pairs = [(op, [(call_batches(a), call_batches(b)) for a, b in zip(a_calls, b_calls)])
+             for rec in recordings for op, (a_calls, b_calls) in noise_pairs(rec).items()]
     if not pairs:
         raise ValueError("no recording holds a setting and its reference (measure_noise --against)")
-    recorded = statistics.median(sum(batch) for _, a_calls, b_calls in pairs for call in a_calls + b_calls
-                                 for batch in call_batches(call))
+    recorded = statistics.median(sum(batch) for _, calls in pairs for a, b in calls for batch in a + b)
     if sum(settled) > recorded * 1.01:
         raise ValueError(f"the settled skip plus window ({sum(settled):.0f} ms) exceeds the recorded windows "
                          f"({recorded:.0f} ms, the median batch)")
 
     def log_ratio(a, b, w, skip):
-        return call_log_value(a, w, min_iters, skip) - call_log_value(b, w, min_iters, skip)
+        return batches_log_value(a, w, min_iters, skip) - batches_log_value(b, w, min_iters, skip)
     settled_skip, settled_w = settled
+    settled_ratio = [[log_ratio(a, b, settled_w, settled_skip) for a, b in calls] for _, calls in pairs]
     rows = []
     for skip in skips:
         for w in windows:
             if skip + w > recorded * 1.01:       # past the recorded window: it would time less than w
                 continue
             ss, df, bias = 0.0, 0, {}
-            for op, a_calls, b_calls in pairs:
-                ds = [log_ratio(a, b, w, skip) for a, b in zip(a_calls, b_calls)]
+            for (op, calls), settled_ds in zip(pairs, settled_ratio):
+                ds = [log_ratio(a, b, w, skip) for a, b in calls]
                 ss += statistics.variance(ds) * (len(ds) - 1)
                 df += len(ds) - 1
-                bias.setdefault(op, []).extend(d - log_ratio(a, b, settled_w, settled_skip)
-                                               for d, a, b in zip(ds, a_calls, b_calls))
+                bias.setdefault(op, []).extend(d - s for d, s in zip(ds, settled_ds))
             sd = math.sqrt(ss / df)
             lo, hi = sd_interval(sd, df)
             rows.append({"skip_ms": skip, "window_ms": w, "sd": sd, "sd_lo": lo, "sd_hi": hi, "df": df,
-                         "bias": {op: _mean_interval(v) for op, v in bias.items()}})
+                         "bias": {op: _interval(v) for op, v in bias.items()}})
     return {"pairs": len(pairs), "settled": list(settled), "recorded_ms": recorded, "table": rows}
 
 
-def _mean_interval(logs: list[float]) -> list[float]:
-    """[ratio, lo, hi, n]: exp of the mean of ``logs`` with its 95% t interval."""
-    n, mu = len(logs), statistics.fmean(logs)
-    h = t975(n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else math.inf
-    return [math.exp(mu), math.exp(mu - h), math.exp(mu + h), n]
+def _interval(logs: list[float]) -> list[float]:
+    """[ratio, lo, hi, n] of per-call log ratios (rounds.log_ratio_interval)."""
+    r = log_ratio_interval(logs)
+    return [r.ratio, r.lo, r.hi, r.rounds]
 
 
 def print_noise_replay(res: dict, files: list[str]) -> None:
@@ -264,6 +264,11 @@ def print_windows(out: dict, windows: list[float], skips: tuple[float, ...], pai
                 print(f"{op:5} {'':>8} {'':>10} {skip:5.0f} {cells}")
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    """A comma-separated option's numbers, sorted."""
+    return tuple(sorted(float(x) for x in text.split(",")))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", action="append", default=[], help="run config(s) merged over config/config.yaml")
@@ -290,8 +295,8 @@ def main(argv=None) -> int:
     mc = sharded(s.model, a.shard) if a.shard > 1 else s.model
     ops = a.ops.split(",") if a.ops else list(s.ops)
     pair = a.pair.split(",")
-    windows = sorted(float(w) for w in a.windows.split(",") if float(w) <= a.window_ms)
-    skips = tuple(sorted(float(x) for x in a.skips.split(",")))
+    windows = [w for w in _floats(a.windows) if w <= a.window_ms]
+    skips = _floats(a.skips)
     if len(pair) != 2 or not windows:
         ap.error("--pair takes two settings and --windows at least one window <= --window-ms")
     if skips[0] < 0 or skips[-1] + windows[-1] > a.window_ms:
@@ -329,8 +334,7 @@ def main(argv=None) -> int:
 
 
 def main_from_noise(a, ap) -> int:
-    windows = sorted(float(w) for w in a.windows.split(","))
-    skips = tuple(sorted(float(x) for x in a.skips.split(",")))
+    windows, skips = list(_floats(a.windows)), _floats(a.skips)
     settled = tuple(float(x) for x in a.settled.split(","))
     if len(settled) != 2:
         ap.error("--settled takes SKIP,WINDOW")

@@ -288,8 +288,9 @@ class Launcher:
                 evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
         adding rounds until every contender clears the margin against the leader, the round budget is
-        spent, or (timing.futility) the budget could not clear what is left (search.rounds). Writes <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which
-        maps each member to its run.json (``runs``); returns the latter.
+        spent, or (timing.futility) the budget could not clear what is left (search.rounds). Writes
+        <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which maps each
+        member to its run.json (``runs``); returns the latter.
         ``evidence``: record each member's profiler traces and numerics check in its first round (the
         TP point's finalists need them; a search step's points do not). ``always``: members measured
         in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned

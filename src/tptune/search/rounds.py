@@ -93,7 +93,12 @@ def _r(x: float):
 def paired_ratio(a: dict[int, float], b: dict[int, float]) -> Ratio | None:
     """Ratio of a to b over the rounds both have ({round id: value}); None without a common round."""
     common = sorted(set(a) & set(b))
-    ds = [math.log(a[r]) - math.log(b[r]) for r in common if a[r] > 0 and b[r] > 0]
+    return log_ratio_interval([math.log(a[r]) - math.log(b[r]) for r in common if a[r] > 0 and b[r] > 0])
+
+
+def log_ratio_interval(ds: list[float]) -> Ratio | None:
+    """The paired Ratio of per-round log ratios ``ds``: exp of their mean with its 95% Student interval;
+    None without one."""
     if not ds:
         return None
     mean = statistics.fmean(ds)
