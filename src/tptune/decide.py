@@ -8,7 +8,7 @@ import polars as pl
 
 from .cases import REFERENCE_KINDS, parse_case_id
 from .ops import op_gemms
-from .search import emit, tp_decision, ubcfg
+from .search import emit, session_noise, tp_decision, ubcfg
 from .search.noise import compare_points, cost_key
 from .search.points import point_median
 from .settings import Settings
@@ -440,7 +440,7 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
             "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
             "model_tp_evidence": tp_evidence, "memory": mem,
             "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
-            "measurement": measurement_summary(run_dir, points_by_op, floor)}
+            "measurement": measurement_summary(run_dir, points_by_op, floor, s.device)}
     layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
              if (run_dir / "layer" / f"tp{t}.json").exists()}
     if layer:
@@ -488,9 +488,10 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
     return records
 
 
-def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict:
+def measurement_summary(run_dir: Path, points_by_op: dict, floor: float, device: str = "cuda") -> dict:
     """How far the run's measurements can be trusted: the drift canary over the run (one reference
-    re-measured at every session's start), the noise of rounds within sessions, bound faults, ops
+    re-measured at every session's start), the noise of rounds within sessions against what the round
+    budget can resolve (search.session_noise), bound faults, ops
     whose host launch time reaches their GPU time, and batches where the host did not stay ahead."""
     from .search.rounds import drift
 
@@ -520,16 +521,21 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float) -> dict
             behind.update(p.get("host_behind") or [])
             stepped.update(p.get("stepped") or [])
     noisy = worst is not None and worst > floor
-    warning = None
+    warnings = []
     if noisy:
-        warning = (f"machine noise: the drift canary moved {worst:.1%} over the run, more than the "
-                   f"{floor:.0%} margin. Decisions inside one session compare rounds side by side and "
-                   f"are unaffected; comparisons across sessions (TP sizes) are less certain than their "
-                   f"intervals say.")
+        warnings.append(f"machine noise: the drift canary moved {worst:.1%} over the run, more than the "
+                        f"{floor:.0%} margin. Decisions inside one session compare rounds side by side and "
+                        f"are unaffected; comparisons across sessions (TP sizes) are less certain than their "
+                        f"intervals say.")
+    rounds_noise = session_noise.op_noise(run_dir)
+    rounds_warning = session_noise.noise_warning(rounds_noise, floor, device)
+    if rounds_warning:
+        warnings.append(rounds_warning)
     if faults:
-        warning = (warning + " " if warning else "") + f"{len(faults)} bound fault(s): see below."
+        warnings.append(f"{len(faults)} bound fault(s): see below.")
     return {"canary": canaries, "canary_drift": drifts, "canary_clock": clocks, "worst_drift": worst, "noisy": noisy,
-            "warning": warning, "bound_faults": faults, "host_bound": sorted(host_bound),
+            "session_noise": rounds_noise, "session_noise_limits": session_noise.noise_limits(rounds_noise, floor),
+            "session_noisy": rounds_warning is not None, "warning": " ".join(warnings) or None, "bound_faults": faults, "host_bound": sorted(host_bound),
             "host_behind": sorted(behind), "stepped": sorted(stepped), "step_limit": STEP_FACTOR * floor}
 
 
