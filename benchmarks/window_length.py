@@ -41,7 +41,6 @@ GEMMs of TP=N (without its collectives), so the single-GPU machine measures the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -54,37 +53,9 @@ from tptune.cases import make_case
 from tptune.launch import Launcher
 from tptune.search.rounds import log_ratio_interval, t975
 from tptune.settings import load_config_files, resolve
+from tptune.window_calibration import member_record, sd_interval, sharded, split_rounds, window_value  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def split_rounds(samples: list[float], round_iters: list[int]) -> list[list[float]]:
-    """A run's per-iteration samples (all rounds, in order) cut into its rounds."""
-    if sum(round_iters) != len(samples):
-        raise ValueError(f"{len(samples)} samples do not add up to the rounds' {sum(round_iters)} iterations")
-    out, i = [], 0
-    for n in round_iters:
-        out.append(samples[i:i + n])
-        i += n
-    return out
-
-
-def window_value(iterations: list[float], window_ms: float, min_iters: int, skip_ms: float = 0.0) -> float:
-    """The round value a window of ``window_ms`` would have given after ``skip_ms`` more pre-roll: the
-    median of the iterations that start at or after ``skip_ms`` of GPU time and fit in the window (at
-    least ``min_iters``, as timing.timed_iters keeps ``iters``)."""
-    start, done = 0, 0.0
-    while start < len(iterations) - 1 and done < skip_ms:
-        done += iterations[start]
-        start += 1
-    rest = iterations[start:]
-    k, total = 0, 0.0
-    for t in rest:
-        if k >= min_iters and total + t > window_ms:
-            break
-        total += t
-        k += 1
-    return statistics.median(rest[:max(k, 1)])
 
 
 def log_ratios(a: list[float], b: list[float]) -> list[float]:
@@ -125,17 +96,6 @@ def analyse(members: dict[str, dict], windows: list[float], half: float,
         mine, theirs = values[row["skip_ms"], row["window_ms"]], values[ref, row["window_ms"]]
         row["level"] = [math.exp(statistics.fmean(log_ratios(m, t))) for m, t in zip(mine, theirs)]
     return rows
-
-
-def sd_interval(sd: float, df: int) -> tuple[float, float]:
-    """95% interval of a standard deviation with ``df`` degrees of freedom (chi-square quantiles: exact
-    below df = 5, from there by the Wilson-Hilferty approximation, within 1% of the exact ones)."""
-    small = {1: (0.000982, 5.024), 2: (0.0506, 7.378), 3: (0.216, 9.348), 4: (0.484, 11.143)}
-
-    def chi2(z):
-        return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
-    q_lo, q_hi = small[df] if df in small else (chi2(-1.959964), chi2(1.959964))
-    return sd * math.sqrt(df / q_hi), sd * math.sqrt(df / q_lo)
 
 
 def call_batches(call: dict) -> list[list[float]]:
@@ -221,28 +181,6 @@ def print_noise_replay(res: dict, files: list[str]) -> None:
               f"{r['sd_hi'] * 100:.2f}] {r['df']:4d}  {bias}")
 
 
-def member_record(run: dict) -> dict:
-    """Rounds (iterations in order), the minimum timed iterations and the overhead of a round (the
-    held time less its timed GPU time) of a member's run.json."""
-    t = run["timing"]["total_ms"]
-    rounds = split_rounds(t["samples"], t["round_iters"])
-    held = [a["held_s"] for a in run["attempts"] if a.get("status") == "ok"]
-    overhead = statistics.median(h - sum(r) / 1e3 for h, r in zip(held, rounds))
-    return {"rounds": rounds, "min_iters": int(run["settings"]["timing"]["iters"]), "overhead_s": overhead,
-            "held_s": statistics.median(held)}
-
-
-def sharded(model, n: int):
-    """The model with heads, query groups and FFN width divided by n (one GPU runs TP=n's local GEMMs)."""
-    m = model.model
-    for name in ("num_attention_heads", "num_query_groups", "ffn_hidden_size"):
-        if getattr(m, name) % n:
-            raise SystemExit(f"--shard {n}: {name}={getattr(m, name)} is not divisible by {n}")
-    spec = dataclasses.replace(m, name=f"{m.name}/shard{n}", num_attention_heads=m.num_attention_heads // n,
-                               num_query_groups=m.num_query_groups // n, ffn_hidden_size=m.ffn_hidden_size // n)
-    return dataclasses.replace(model, model=spec)
-
-
 def print_windows(out: dict, windows: list[float], skips: tuple[float, ...], pair: list[str]) -> None:
     """Per op and skip: sd, rounds and seconds per decision at each window; then the members' levels."""
     print(f"{'op':5} {'ms/iter':>8} {'overhead s':>10} {'skip':>5} " + " ".join(f"{w:>18.0f}" for w in windows))
@@ -292,7 +230,10 @@ def main(argv=None) -> int:
         return main_from_noise(a, ap)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
     s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
-    mc = sharded(s.model, a.shard) if a.shard > 1 else s.model
+    try:
+        mc = sharded(s.model, a.shard) if a.shard > 1 else s.model
+    except ValueError as e:
+        raise SystemExit(f"--shard: {e}")
     ops = a.ops.split(",") if a.ops else list(s.ops)
     pair = a.pair.split(",")
     windows = [w for w in _floats(a.windows) if w <= a.window_ms]

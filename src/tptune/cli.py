@@ -236,6 +236,48 @@ def cmd_verify(a) -> int:
     return 1 if bad else 0
 
 
+def cmd_calibrate_window(a) -> int:
+    """Choose timing.window_ms for this machine (window_calibration) and write the overlay to use it."""
+    from .launch import Launcher
+    from .settings import load_config_files, resolve
+    from .verify import ROOT
+    from .window_calibration import analyse, calibrate, format_table, write_calibration
+
+    if a.source:
+        try:
+            rec = analyse(json.loads(Path(a.source).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TptuneError(f"--from {a.source}: not a calibration record (window.json): {exc}") from None
+        print(format_table(rec))
+        if a.out:
+            print(f"wrote {', '.join(str(p) for p in write_calibration(rec, Path(a.out)) if p)}")
+        return 0
+    cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
+    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
+    if s.device != "cuda":
+        print("tptune: calibrate-window chooses the GPU's timed window (timing.window_ms); on CPU a round times "
+              "timing.iters by wall clock and has no window", file=sys.stderr)
+        return 2
+    try:
+        windows = sorted({float(x) for x in a.windows.split(",")})
+    except ValueError:
+        windows = []
+    if not windows or windows[0] <= 0:
+        raise TptuneError(f"--windows {a.windows!r}: expected positive milliseconds, e.g. 500,750,1000,1500")
+    if a.rounds < 3:
+        raise TptuneError(f"--rounds {a.rounds}: at least 3 (an sd from 2 rounds has one degree of freedom per op)")
+    bad = [op for op in (a.ops or []) if op not in s.ops]
+    if bad:
+        raise TptuneError(f"--ops: {', '.join(bad)} not among the run's ops ({', '.join(s.ops)})")
+    rec = calibrate(s, Launcher(s.launcher_settings()), candidates=windows, rounds=a.rounds, ops=a.ops or None)
+    print(format_table(rec))
+    out = Path(a.out) if a.out else Path("outputs") / s.run / "calibration"
+    js, overlay = write_calibration(rec, out)
+    print(f"wrote {js}" + (f" and {overlay}: add it last, e.g. snakemake --configfile <your config> {overlay}"
+                           if overlay else ""))
+    return 0 if rec["window_ms"] is not None else 1
+
+
 def cmd_failed(a) -> int:
     """The search-step / TP-point files whose session has a failed setting (for snakemake -R): a setting
     is re-measured with the settings it is compared to, never alone."""
@@ -366,6 +408,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the result here")
     p.add_argument("--work-dir", help="keep the sessions here (default: a temporary folder)")
     p.set_defaults(fn=cmd_verify)
+
+    p = sub.add_parser("calibrate-window", help="measure this machine's round-to-round noise at several timed "
+                                                "windows and choose timing.window_ms (writes a config overlay)")
+    p.add_argument("config", nargs="*", help="run config(s) merged over config/config.yaml")
+    p.add_argument("--windows", default="500,750,1000,1500", help="candidate windows, ms (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=8, help="alternating rounds per op (default %(default)s)")
+    p.add_argument("--ops", type=lambda t: t.split(","), help="comma-separated ops (default: the run's)")
+    p.add_argument("--out", help="folder for window.json and window.yaml (default outputs/<run>/calibration)")
+    p.add_argument("--from", dest="source", metavar="WINDOW_JSON",
+                   help="measure nothing: re-derive a recorded calibration (its window.json) with this code")
+    p.set_defaults(fn=cmd_calibrate_window)
 
     p = sub.add_parser("failed", help="list run.json of failed cases (for snakemake -R)")
     p.add_argument("run_dir")
