@@ -29,6 +29,7 @@ localrules:
 
 include: "rules/common.smk"
 include: "rules/plan.smk"
+include: "rules/calibrate.smk"
 include: "rules/analyze.smk"
 include: "rules/search.smk"
 include: "rules/report.smk"

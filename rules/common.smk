@@ -22,6 +22,13 @@ except ConfigError as exc:
 
 RUN_DIR = f"outputs/{S.run}"
 CONFIG_JSON = f"{RUN_DIR}/config.json"
+CALIBRATION = f"{RUN_DIR}/calibration/window.json"       # timing.window_ms: auto (rules/calibrate.smk)
+
+
+def calibration_input(wc=None):
+    """What a measuring job needs besides its own inputs: the node's window calibration, when the
+    run asks for one (timing.window_ms: auto)."""
+    return {"calibration": CALIBRATION} if S.window_auto else {}
 
 
 def _write_if_changed(path, text):
@@ -89,7 +96,7 @@ def search_final(op, tp, dim):
 
 
 def measure_step_inputs(wc):
-    ins = {"model": f"{RUN_DIR}/model.json"}
+    ins = {"model": f"{RUN_DIR}/model.json", **calibration_input()}
     if int(wc.step) > 0:
         ins["prev"] = step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1)
     return ins
@@ -117,7 +124,7 @@ def tp_results_inputs(wc):
 
 def tp_point_inputs(wc):
     return {"results": _ckpt_output(checkpoints.tp_results, op=wc.op, tp=wc.tp),
-            "model": f"{RUN_DIR}/model.json"}
+            "model": f"{RUN_DIR}/model.json", **calibration_input()}
 
 
 def tp_decision_file(op, tp):

@@ -20,6 +20,7 @@ rule layer:
     output:
         f"{RUN_DIR}/layer/tp{{tp}}.json",
     input:
+        unpack(calibration_input),
         points=layer_inputs,
         model=f"{RUN_DIR}/model.json",
         cfg=ancient(CONFIG_JSON),

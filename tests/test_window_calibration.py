@@ -140,3 +140,46 @@ def test_window_length_benchmark_shares_the_helpers():
     assert wl.window_value is wc.window_value and wl.member_record is wc.member_record
     with pytest.raises(ValueError, match="not divisible"):
         wc.sharded(resolve(base_config(ROOT / "x"), source="t").model, 3)
+
+
+def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir):
+    from tptune.cli import CALIBRATION_JSON, _settings
+    from tptune.errors import TptuneError
+
+    cfg = base_config(pool_dir, ops=["qkv", "fc2"], tp_sizes=[2], op_settings={"fc2": {"timing": {"window_ms": 250}}})
+    cfg["timing"]["window_ms"] = "auto"
+    s = resolve(cfg, source="t")
+    assert s.window_auto and s.op_settings("qkv")["timing"]["window_ms"] == "auto"
+    w = s.with_window(750.0)
+    assert not w.window_auto and w.op_settings("qkv")["timing"]["window_ms"] == 750.0
+    assert w.op_settings("fc2")["timing"]["window_ms"] == 250          # an op's own number stays
+    assert s.config["timing"]["window_ms"] == "auto"                    # a copy: s is unchanged
+    only_op = resolve(deep_merge(base_config(pool_dir), {"op_settings": {"fc1": {"timing": {"window_ms": "auto"}}}}),
+                      source="t")
+    assert only_op.window_auto and only_op.with_window(1000.0).op_settings("fc1")["timing"]["window_ms"] == 1000.0
+    # a job reads the run's config.json; a measuring job cannot go on without the calibration
+    run_json = tmp_path / "config.json"
+    run_json.write_text(json.dumps(cfg))
+    with pytest.raises(TptuneError, match="calibration/window.json holds no calibrated window"):
+        _settings(str(run_json), check_hardware=True)
+    assert _settings(str(run_json)).window_auto                          # bookkeeping: left as it is
+    (tmp_path / CALIBRATION_JSON).parent.mkdir()
+    (tmp_path / CALIBRATION_JSON).write_text(json.dumps({"window_ms": 1000.0}))
+    assert _settings(str(run_json), check_hardware=True).op_settings("qkv")["timing"]["window_ms"] == 1000.0
+    assert _settings(str(run_json), calibrated=False).window_auto
+
+
+def test_the_rule_s_cli_on_cpu_writes_a_record_that_measures_nothing(tmp_path, pool_dir):
+    cfg = base_config(pool_dir, ops=["qkv"], tp_sizes=[2])
+    cfg["timing"]["window_ms"] = "auto"
+    cfg["model"] = str(ROOT / "config/models/tiny.yaml")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    p = subprocess.run([sys.executable, "-m", "tptune", "calibrate-window", "--run-config", str(tmp_path / "config.json")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((tmp_path / "calibration/window.json").read_text())
+    assert rec["window_ms"] == 500.0 and rec["members"] == {} and rec["device"] == "cpu"
+    assert "chosen: 500 ms: CPU" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "tptune", "calibrate-window", "x.yaml", "--run-config",
+                        str(tmp_path / "config.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 2 and "not both" in p.stderr

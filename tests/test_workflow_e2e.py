@@ -158,6 +158,7 @@ def test_changing_one_op_reruns_only_its_cases(finished):
     ({"ops": ["qkv", "attn"]}, "field 'ops.1': 'attn' is not one of"),
     ({"tp_sizes": [2, 16]}, "TP=16: num_attention_heads=8 is not divisible by 16"),
     ({"workload": {"seq_length": 0}}, "seq_length"),
+    ({"timing": {"window_ms": "soon"}}, "field 'timing.window_ms': matches none of its forms"),
 ])
 def test_bad_config_fails_before_any_job(tmp_path, workdir, pool_dir, over, needle):
     write_cfg(workdir, pool_dir, **over)
@@ -183,3 +184,26 @@ def test_lint_is_clean():
     p = subprocess.run([sys.executable, "-m", "snakemake", "--lint"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_window_auto_calibrates_first_and_the_measuring_jobs_take_its_window(finished):
+    """timing.window_ms: auto puts the calibrate_window rule before every measuring job, which then
+    runs with the calibrated window (on CPU nothing is measured and the shortest candidate is written).
+    Last in this file: it re-measures one session of the finished run."""
+    workdir, pool, _ = finished
+    write_cfg(workdir, pool, timing={"window_ms": "auto"})
+    try:
+        dry = smk(workdir, "-n")
+        assert "calibrate_window" in dry.stdout and planned_sessions(dry.stdout)
+        step = f"{RUN}/sessions/qkv/tp2/chunks/step0/session.json"
+        p = subprocess.run([sys.executable, "-m", "snakemake", step, "--cores", "2", "--configfile", "run.yaml"],
+                           cwd=workdir, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        rec = json.loads((workdir / RUN / "calibration/window.json").read_text())
+        assert rec["window_ms"] == 500.0 and rec["why"].startswith("CPU: a round times timing.iters")
+        assert "chosen: 500 ms" in (workdir / RUN / "logs/calibrate_window.log").read_text()
+        sess = json.loads((workdir / step).read_text())
+        run = json.loads((workdir / step).parent.joinpath(next(iter(sess["runs"].values()))).read_text())
+        assert run["settings"]["timing"]["window_ms"] == 500.0
+    finally:
+        write_cfg(workdir, pool)

@@ -8,16 +8,33 @@ from pathlib import Path
 
 from .errors import TptuneError
 
+CALIBRATION_JSON = "calibration/window.json"    # a run's window calibration, beside its config.json
 
-def _settings(path: str, check_hardware: bool = False):
-    """The run's settings from its config.json. Only profiling needs the hardware the run names."""
+
+def _settings(path: str, check_hardware: bool = False, calibrated: bool = True):
+    """The run's settings from its config.json. Only profiling needs the hardware the run names.
+    ``calibrated``: a ``timing.window_ms: auto`` takes the window of the run's calibration
+    (calibration/window.json beside config.json), which measuring cannot do without."""
     from .settings import resolve
 
     cfg = json.loads(Path(path).read_text())
     source, base_dir = cfg.pop("_source", path), cfg.pop("_base_dir", ".")
     if not (Path(base_dir) / cfg["model"]).exists() and (Path.cwd() / cfg["model"]).exists():
         base_dir = "."  # outputs copied from another machine: resolve the model from here
-    return resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware)
+    s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware)
+    if not (calibrated and s.window_auto):
+        return s
+    calib = Path(path).parent / CALIBRATION_JSON
+    try:
+        window = json.loads(calib.read_text())["window_ms"]
+    except (OSError, ValueError, KeyError):
+        window = None
+    if window is None:
+        if check_hardware:
+            raise TptuneError(f"timing.window_ms is auto, but {calib} holds no calibrated window: the workflow's "
+                              "calibrate_window rule writes it (or give timing.window_ms in ms)")
+        return s
+    return s.with_window(window)
 
 
 def _run_dir(a) -> Path:
@@ -237,11 +254,12 @@ def cmd_verify(a) -> int:
 
 
 def cmd_calibrate_window(a) -> int:
-    """Choose timing.window_ms for this machine (window_calibration) and write the overlay to use it."""
+    """Choose timing.window_ms for this machine (window_calibration) and write the overlay to use it; with
+    --run-config, the workflow's calibrate_window rule (timing.window_ms: auto)."""
     from .launch import Launcher
     from .settings import load_config_files, resolve
     from .verify import ROOT
-    from .window_calibration import analyse, calibrate, format_table, write_calibration
+    from .window_calibration import analyse, calibrate, format_table, not_measured, write_calibration
 
     if a.source:
         try:
@@ -252,12 +270,15 @@ def cmd_calibrate_window(a) -> int:
         if a.out:
             print(f"wrote {', '.join(str(p) for p in write_calibration(rec, Path(a.out)) if p)}")
         return 0
-    cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
-    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
-    if s.device != "cuda":
-        print("tptune: calibrate-window chooses the GPU's timed window (timing.window_ms); on CPU a round times "
-              "timing.iters by wall clock and has no window", file=sys.stderr)
-        return 2
+    if a.run_config and a.config:
+        raise TptuneError("give the run's config file(s) or --run-config (a run's config.json), not both")
+    if a.run_config:
+        s = _settings(a.run_config, check_hardware=True, calibrated=False)
+        out = Path(a.out) if a.out else Path(a.run_config).parent / Path(CALIBRATION_JSON).parent
+    else:
+        cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
+        s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
+        out = Path(a.out) if a.out else Path("outputs") / s.run / Path(CALIBRATION_JSON).parent
     try:
         windows = sorted({float(x) for x in a.windows.split(",")})
     except ValueError:
@@ -269,12 +290,18 @@ def cmd_calibrate_window(a) -> int:
     bad = [op for op in (a.ops or []) if op not in s.ops]
     if bad:
         raise TptuneError(f"--ops: {', '.join(bad)} not among the run's ops ({', '.join(s.ops)})")
-    rec = calibrate(s, Launcher(s.launcher_settings()), candidates=windows, rounds=a.rounds, ops=a.ops or None)
+    if s.device != "cuda":
+        if not a.run_config:
+            print("tptune: calibrate-window chooses the GPU's timed window (timing.window_ms); on CPU a round "
+                  "times timing.iters by wall clock and has no window", file=sys.stderr)
+            return 2
+        rec = not_measured(s, windows)     # the workflow goes on: the window is not used on CPU
+    else:
+        rec = calibrate(s, Launcher(s.launcher_settings()), candidates=windows, rounds=a.rounds, ops=a.ops or None)
     print(format_table(rec))
-    out = Path(a.out) if a.out else Path("outputs") / s.run / "calibration"
     js, overlay = write_calibration(rec, out)
     print(f"wrote {js}" + (f" and {overlay}: add it last, e.g. snakemake --configfile <your config> {overlay}"
-                           if overlay else ""))
+                           if overlay and not a.run_config else ""))
     return 0 if rec["window_ms"] is not None else 1
 
 
@@ -416,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=8, help="alternating rounds per op (default %(default)s)")
     p.add_argument("--ops", type=lambda t: t.split(","), help="comma-separated ops (default: the run's)")
     p.add_argument("--out", help="folder for window.json and window.yaml (default outputs/<run>/calibration)")
+    p.add_argument("--run-config", help="a run's config.json (the workflow's calibrate_window rule): its "
+                                        "calibration goes to calibration/ beside it")
     p.add_argument("--from", dest="source", metavar="WINDOW_JSON",
                    help="measure nothing: re-derive a recorded calibration (its window.json) with this code")
     p.set_defaults(fn=cmd_calibrate_window)

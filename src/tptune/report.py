@@ -148,6 +148,15 @@ def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     return rows
 
 
+def _calibration(run_dir: Path) -> dict | None:
+    """The window calibration's choice (timing.window_ms: auto), without its recorded rounds."""
+    try:
+        rec = json.loads((run_dir / "calibration" / "window.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return {k: rec.get(k) for k in ("window_ms", "why", "device", "gpu")}
+
+
 def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     plan = pl.read_parquet(run_dir / "plan.parquet")
     meas = pl.read_parquet(run_dir / "measurements.parquet")
@@ -187,6 +196,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
         layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),
+        calibration=_calibration(run_dir),
     )
     out.write_text(text)
     return out

@@ -2,7 +2,7 @@
 
 (jsonschema itself costs ~1.2 s to import, paid by every Snakemake job, and is absent on the GPU
 machines.) Supported: type, properties, required, additionalProperties (false), enum, minimum,
-minItems, items, pattern.
+minItems, items, pattern, anyOf.
 """
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "number
 def problems(data, schema: dict, path: str = "") -> list[str]:
     where = path or "(top level)"
     out: list[str] = []
+    if "anyOf" in schema:
+        alts = [problems(data, alt, path) for alt in schema["anyOf"]]
+        if all(alts):
+            why = "; ".join(a[0].split(": ", 1)[-1] for a in alts)
+            return [f"field '{where}': matches none of its forms ({why})"]
     t = schema.get("type")
     if t:
         ok = isinstance(data, _TYPES[t]) and not (t in ("integer", "number") and isinstance(data, bool))

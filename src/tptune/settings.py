@@ -4,7 +4,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -57,6 +57,21 @@ class Settings:
         merged = deep_merge(base, over)
         merged["check"] = over.get("check", self.backend == "te")
         return merged
+
+    @property
+    def window_auto(self) -> bool:
+        """timing.window_ms: auto, for the run or an op: the window comes from the node's calibration
+        (window_calibration; the workflow's calibrate_window rule)."""
+        return any(self.op_settings(op)["timing"].get("window_ms") == "auto" for op in self.ops)
+
+    def with_window(self, window_ms: float) -> "Settings":
+        """These settings with every ``window_ms: auto`` (the run's, an op's) replaced by ``window_ms``."""
+        cfg = copy.deepcopy(self.config)
+        for timing in [cfg.get("timing") or {}] + [(o or {}).get("timing") or {}
+                                                    for o in (cfg.get("op_settings") or {}).values()]:
+            if timing.get("window_ms") == "auto":
+                timing["window_ms"] = window_ms
+        return replace(self, config=cfg)
 
     def launcher_settings(self) -> dict:
         return {"backend": self.backend, "device": self.device, "launcher": self.config["launcher"]}

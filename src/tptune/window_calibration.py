@@ -214,6 +214,18 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
                     "device": s.device, "gpu": env.get("gpu_name"), "failed": failed, "members": recordings})
 
 
+def not_measured(s, candidates) -> dict:
+    """The record of a run whose device has no timed window (CPU: a round times timing.iters by wall
+    clock): nothing measured, the shortest candidate written so that ``window_ms: auto`` resolves."""
+    return {"window_ms": min(candidates), "why": "CPU: a round times timing.iters by wall clock and has no "
+            "window; nothing was measured", "candidates": sorted(candidates), "burn_in": BURN_IN,
+            "target_sd": target_sd(s.config), "target_fraction": TARGET_FRACTION,
+            "noise_floor": s.config["decision"]["noise_floor"], "max_rounds": int(s.config["timing"]["max_rounds"]),
+            "pair": list(PAIR), "tp": 1, "shard": min(s.tp_sizes), "model": s.model.model.name, "rounds": 0,
+            "preroll_ms": s.config["timing"].get("preroll_ms"), "device": s.device, "gpu": None, "failed": {},
+            "members": {}, "table": [], "reach_ms": {}, "overhead_s": 0.0}
+
+
 def write_calibration(rec: dict, out_dir: Path) -> tuple[Path, Path | None]:
     """window.json (everything) and, when a window was chosen, window.yaml: the overlay to pass with
     --configfile after the run's own config."""
@@ -231,9 +243,13 @@ def write_calibration(rec: dict, out_dir: Path) -> tuple[Path, Path | None]:
 
 def format_table(rec: dict) -> str:
     """The candidates' pooled sd (and per op), the target and the choice, for the terminal."""
+    chosen = "none" if rec["window_ms"] is None else f"{rec['window_ms']:.0f} ms"
+    if not rec["table"] and not rec["failed"]:
+        return f"chosen: {chosen}: {rec['why']}"
     lines = [f"{rec['model']} TP=1 (per-rank GEMMs of TP={rec['shard']}), null pair {' vs '.join(rec['pair'])}, "
-             f"{rec['rounds']} alternating rounds per op after {rec['burn_in']} left out; target sd {rec['target_sd']:.2%} = {rec['target_fraction']:g} x "
-             f"what {rec['max_rounds']} rounds resolve at the {rec['noise_floor']:.0%} margin"]
+             f"{rec['rounds']} alternating rounds per op after {rec['burn_in']} left out; target sd "
+             f"{rec['target_sd']:.2%} = {rec['target_fraction']:g} x what {rec['max_rounds']} rounds resolve at "
+             f"the {rec['noise_floor']:.0%} margin"]
     ops = sorted({op for r in rec["table"] for op in r["per_op"]})
     lines.append(f"{'window ms':>9} {'pooled sd [95%]':>24} {'df':>4}  " + "  ".join(f"{op:>6}" for op in ops))
     for r in rec["table"]:
@@ -245,6 +261,5 @@ def format_table(rec: dict) -> str:
                      + ", ".join(f"{op} {ms:.0f} ms" for op, ms in sorted(short.items())))
     for op, bad in rec["failed"].items():
         lines.append(f"{op}: not measured ({'; '.join(f'{k}: {v[:200]}' for k, v in bad.items())})")
-    chosen = "none" if rec["window_ms"] is None else f"{rec['window_ms']:.0f} ms"
     lines.append(f"chosen: {chosen}: {rec['why']}")
     return "\n".join(lines)

@@ -1,0 +1,21 @@
+# timing.window_ms: auto. One GPU measures the node's round-to-round noise at several timed windows
+# (a null pair per op, tptune.window_calibration) and chooses the window every measuring job then
+# uses; the jobs read it from calibration/window.json beside the run's config.json. On CPU nothing is
+# measured (a round there has no window) and the run goes on.
+rule calibrate_window:
+    output:
+        CALIBRATION,
+    input:
+        cfg=ancient(CONFIG_JSON),
+    params:
+        settings=lambda wc: json.dumps({"backend": S.backend, "device": S.device, "ops": S.ops, "tp": S.tp_sizes[0],
+                                        "timing": S.config["timing"], "decision": S.config["decision"]},
+                                       sort_keys=True),
+    resources:
+        gpus=1,
+    log:
+        f"{RUN_DIR}/logs/calibrate_window.log",
+    conda:
+        "../envs/tptune.yaml"
+    shell:
+        "tptune calibrate-window --run-config {input.cfg} > {log} 2>&1"
