@@ -140,5 +140,6 @@ def _remedy(device: str) -> str:
         return ("On CPU a round is the wall-clock time of a shared host: more timed iterations (timing.iters) "
                 "or rounds (timing.max_rounds) narrow it.")
     return ("A longer timed window (timing.window_ms) narrows it where the card's clock moves in episodes "
-            "(results/noise-h100, one H100: 3.0% at 500 ms, 1.4% at 1000 ms): `tptune calibrate-window <run "
-            "config>` measures this node's and writes the overlay to run with; timing.max_rounds buys rounds.")
+            "(results/noise-h100, one H100: 3.0% at 500 ms, 1.4% at 1000 ms): timing.window_ms: auto calibrates "
+            "it on the node before measuring (or `tptune calibrate-window <run config>` once, for an overlay); "
+            "timing.max_rounds buys rounds.")
