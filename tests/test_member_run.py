@@ -209,7 +209,8 @@ def test_session_adapts_rounds_drops_losers_and_records(tmp_path, mc):
     lz, log = fake_launcher(tmp_path, fail_at={D: 1})
     members = [parse_case_id(c) for c in (NONE, A, B, C, D)]
     sdir = tmp_path / "sessions" / "qkv" / "tp2" / "point"
-    rec = lz.session(members, mc, sdir, {"timing": {"min_rounds": 3, "max_rounds": 6}, "check": True},
+    rec = lz.session(members, mc, sdir, {"timing": {"min_rounds": 3, "max_rounds": 6, "lead_in": True},
+                                         "check": True},
                      session_id=SESSION, contenders=[A, B, C], canary=parse_case_id(NONE), margin=0.02)
     assert rec["order"][0] == [NONE, A, B, C, D]
     assert rec["order"][1] == [A, B, C, D, NONE]
@@ -226,10 +227,13 @@ def test_session_adapts_rounds_drops_losers_and_records(tmp_path, mc):
     assert rec["canary"]["host_ahead"] is True
     assert rec["group_starts"] == 1
     assert json.loads((sdir / "session.json").read_text())["stop"] == rec["stop"]
-    # evidence (profile + check) only in each member's first round; never for the canary
+    # the canary, then the lead-in (the first member once, untimed, outside the rounds), then round 0
+    assert [(cid, d) for cid, d, _, _ in log[:3]] == [(NONE, "canary"), (NONE, "lead_in"), (NONE, "none")]
+    assert rec["lead_in"]["case"] == NONE and rec["lead_in"]["ms"] == pytest.approx(14.0)
+    # evidence (profile + check) only in each member's first round; never for the canary or the lead-in
     firsts = {}
     for cid, d, prof, chk in log:
-        if d == "canary":
+        if d in ("canary", "lead_in"):
             assert not prof and not chk
             continue
         assert prof == chk == (cid not in firsts)
@@ -250,6 +254,17 @@ def test_session_stops_at_min_rounds_once_resolved(tmp_path, mc):
                      session_id="s", margin=0.02)
     assert rec["rounds"] == 3 and rec["stop"] == "resolved after 3 rounds"
     assert rec["leader"] == A and rec["canary"] is None and rec["failed"] == []
+    assert rec["lead_in"] is None                      # off by default
+
+
+def test_lead_in_when_asked_runs_the_first_member_once_outside_the_rounds(tmp_path, mc):
+    lz, log = fake_launcher(tmp_path)
+    members = [parse_case_id(c) for c in (A, B)]
+    rec = lz.session(members, mc, tmp_path / "s", {"timing": {"min_rounds": 3, "max_rounds": 8, "lead_in": True}},
+                     session_id="s", margin=0.02)
+    assert [(cid, d) for cid, d, _, _ in log[:2]] == [(A, "lead_in"), (A, A.split("-", 2)[2])]
+    assert rec["lead_in"]["case"] == A and rec["rounds"] == 3
+    assert sum(d == "lead_in" for _, d, _, _ in log) == 1
 
 
 # -- wall_batch ------------------------------------------------------------------------------------

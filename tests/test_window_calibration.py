@@ -1,6 +1,7 @@
 """window_calibration (tptune calibrate-window): the window table and choice on synthetic recordings with
 clock spells, a real calibration session on CPU through the tuning harness, and the CLI's refusals."""
 import json
+import math
 import random
 import subprocess
 import sys
@@ -183,3 +184,22 @@ def test_the_rule_s_cli_on_cpu_writes_a_record_that_measures_nothing(tmp_path, p
     p = subprocess.run([sys.executable, "-m", "tptune", "calibrate-window", "x.yaml", "--run-config",
                         str(tmp_path / "config.json")], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 2 and "not both" in p.stderr
+
+
+def test_lead_in_benchmark_arithmetic_and_its_committed_h100_run():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import lead_in
+    first = {0: 0.98, 1: 1.0, 2: 1.0, 3: 1.0}
+    second = {0: 1.0, 1: 1.0, 2: 1.0, 3: 1.0}
+    assert lead_in.first_member_effect(first, second) == pytest.approx(math.log(0.98))
+    assert lead_in.first_member_effect({1: 1.0, 2: 1.0, 3: 1.0}, second) is None      # no round 0
+    assert lead_in.first_member_effect({0: 1.0, 1: 1.0}, second) is None              # under 3 rounds
+    s = lead_in.summarize({"lead-in": [-0.06, -0.05, -0.07], "none": []})
+    assert s["lead-in"]["n"] == 3 and s["lead-in"]["lo"] < s["lead-in"]["effect"] < s["lead-in"]["hi"] < 0
+    assert s["none"]["n"] == 0 and s["none"]["effect"] is None
+    rec = json.loads((ROOT / "results/lead-in-h100/lead-in-h100.json").read_text())
+    again = lead_in.summarize({arm: [x["effect"] for x in rec["sessions"] if x["arm"] == arm and x["effect"] is not None]
+                               for arm in ("lead-in", "none")})
+    assert again["lead-in"]["n"] == again["none"]["n"] == 12
+    assert again["lead-in"]["hi"] < 0 < again["none"]["lo"]                  # the lead-in made round 0 worse
+    assert again["lead-in"]["effect"] == pytest.approx(rec["summary"]["lead-in"]["effect"])

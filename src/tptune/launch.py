@@ -322,8 +322,17 @@ class Launcher:
         with self.pool.acquire(tp, prefer=self._warm_sets(tp)) as gpus:
             t_locked = time.monotonic()
             if canary is not None:
-                canary_rec = self._canary(canary, mc, session_dir, op_settings, faults, gpus,
-                                          attempts.setdefault("_canary", []))
+                canary_rec = self._side_batch(canary, mc, session_dir / "canary", op_settings, faults, gpus,
+                                              attempts.setdefault("_canary", []))
+            lead_rec = None
+            if timing.get("lead_in", False) and members:
+                # One untimed round of the first member before round 0 (off by default): round 0's first
+                # member reads off against its later rounds (x2: -0.5%, 401 pairs in results/), but on
+                # one H100 this lead-in made that worse, -5.9% [-7.8, -4.0] against +1.6% [+0.3, +3.0]
+                # without it (12 sessions each, results/lead-in-h100): the card's transient outlasts one
+                # member. benchmarks/lead_in.py measures it on a node.
+                lead_rec = self._side_batch(members[0], mc, session_dir / "lead_in", op_settings, faults, gpus,
+                                            attempts.setdefault("_lead_in", []))
             r = 0
             while active:
                 order = rotation(active, r)
@@ -352,7 +361,7 @@ class Launcher:
         if not stop_reason:
             stop_reason = "no member left to measure"
         run_paths = {}
-        canary_attempts = attempts.pop("_canary", [])
+        canary_attempts = attempts.pop("_canary", []) + attempts.pop("_lead_in", [])
         for case in members:
             run = assemble_member_run(case, mc, self.settings, self._settings_for(case, op_settings, faults,
                                                                                   True, True),
@@ -365,7 +374,7 @@ class Launcher:
                "futility": budget is not None, "stop": stop_reason, "leader": state.leader,
                "futile": state.futile,
                "ratios_to_leader": {c: (x.to_dict() if x else None) for c, x in state.ratios.items()},
-               "failed": sorted(failed), "canary": canary_rec, "started": t_start,
+               "failed": sorted(failed), "canary": canary_rec, "lead_in": lead_rec, "started": t_start,
                "wall_s": time.monotonic() - wall0, "held_s": held,
                "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
                                                         [*attempts.values(), canary_attempts] for a in a_list)}
@@ -374,12 +383,13 @@ class Launcher:
         os.replace(tmp, session_dir / "session.json")
         return rec
 
-    def _canary(self, case: Case, mc: ModelConfig, session_dir: Path, op_settings: dict, faults: dict,
-                gpus: list[str], attempts: list) -> dict:
-        """One batch of the drift canary (a fixed reference re-measured at every session's start)."""
+    def _side_batch(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict, faults: dict,
+                    gpus: list[str], attempts: list) -> dict:
+        """One batch outside the session's rounds: the drift canary (a fixed reference re-measured at every
+        session's start) or the lead-in (the first member, once, before round 0)."""
         settings = self._settings_for(case, op_settings, faults, profile=False, check=False)
         t = time.time()
-        res = self._measure_once(case, mc, session_dir / "canary", settings, gpus, attempts)
+        res = self._measure_once(case, mc, out_dir, settings, gpus, attempts)
         if res["status"] != "ok":
             return {"case": case.id, "t": t, "ms": None, "error": res["error"]["message"][:300]}
         p = _round_point(case.id, None, [(0, res)])

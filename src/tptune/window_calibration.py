@@ -12,8 +12,8 @@ How: per op, one session (launch.Launcher.session, the tuning harness) of a null
 the bound at TP=1, with the per-rank GEMMs of the run's smallest TP (heads, query groups and FFN width
 divided by it), which at TP=1 are the same work, so their per-round log ratio is the noise alone.
 BURN_IN + ``rounds`` alternating rounds, each timing the longest candidate window after the run's usual
-pre-roll; the burn-in round is left out (the first round after an idle spell runs its first member
-fast on some cards), and the first W ms of each recorded window are exactly what a W ms window would
+pre-roll; the burn-in round is left out (the first round of a session reads its first member off, by
+-2.7% to +1.6% on the H100s: results/lead-in-h100), and the first W ms of each recorded window are exactly what a W ms window would
 have timed (a round holds at most 600 iterations, worker.timing.WINDOW_MAX_ITERS, so a short op's
 longest windows may stop short: the table says where). Per candidate W the sd of the per-round log
 ratio, pooled over the ops (df = ops x (rounds - 1)), with its 95% interval. Chosen: the shortest W
@@ -185,8 +185,8 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
     """Measure the null pairs (module doc) on ``launcher``'s hardware and choose the window. Returns the
     record that window.json holds (the rounds of every member included: ``analyse`` re-derives it).
     Each session runs BURN_IN more rounds than ``rounds`` and leaves them out: on one H100 the first
-    round after the previous session's idle spell timed fc1 5% fast for its first member (even after the
-    150 ms pre-roll), which is not what a window decides (results/noise-h100)."""
+    round timed fc1's first member up to 5% fast (even after the 150 ms pre-roll), which is not what a
+    window decides (results/window-calibration-h100, results/lead-in-h100)."""
     shard = min(s.tp_sizes)
     mc = sharded(s.model, shard) if shard > 1 else s.model
     longest = max(candidates)
@@ -197,7 +197,7 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
             members = [make_case(op, 1, v) for v in PAIR]
             op_settings = dict(s.op_settings(op))
             op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=total, max_rounds=total,
-                                                        profile_steps=0, window_ms=longest))
+                                                        profile_steps=0, window_ms=longest, lead_in=False))
             rec = launcher.session(members, mc, Path(tmp) / op, op_settings, session_id=f"calibrate/{op}",
                                    evidence=False)
             runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
