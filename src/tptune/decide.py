@@ -491,8 +491,8 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
 def measurement_summary(run_dir: Path, points_by_op: dict, floor: float, device: str = "cuda") -> dict:
     """How far the run's measurements can be trusted: the drift canary over the run (one reference
     re-measured at every session's start), the noise of rounds within sessions against what the round
-    budget can resolve (search.session_noise), bound faults, ops
-    whose host launch time reaches their GPU time, and batches where the host did not stay ahead."""
+    budget can resolve (search.session_noise), bound faults, ops whose host launch time reaches their
+    GPU time, and batches where the host did not stay ahead. ``device`` names the remedy (cuda | cpu)."""
     from .search.rounds import drift
 
     canaries = []
@@ -535,8 +535,9 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float, device:
         warnings.append(f"{len(faults)} bound fault(s): see below.")
     return {"canary": canaries, "canary_drift": drifts, "canary_clock": clocks, "worst_drift": worst, "noisy": noisy,
             "session_noise": rounds_noise, "session_noise_limits": session_noise.noise_limits(rounds_noise, floor),
-            "session_noisy": rounds_warning is not None, "warning": " ".join(warnings) or None, "bound_faults": faults, "host_bound": sorted(host_bound),
-            "host_behind": sorted(behind), "stepped": sorted(stepped), "step_limit": STEP_FACTOR * floor}
+            "session_noisy": rounds_warning is not None, "warning": " ".join(warnings) or None,
+            "bound_faults": faults, "host_bound": sorted(host_bound), "host_behind": sorted(behind),
+            "stepped": sorted(stepped), "step_limit": STEP_FACTOR * floor}
 
 
 def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -> None:
