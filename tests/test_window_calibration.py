@@ -117,19 +117,22 @@ def test_cli_refuses_cpu_and_bad_options(tmp_path):
 
 
 def test_the_committed_h100_calibrations_re_derive(tmp_path):
-    """Two calls on one H100 (results/window-calibration-h100): 500 ms left the null pairs at 2.5-2.7%,
-    above what 6 rounds resolve; the calibration chose 1000 and 750 ms."""
-    for call, window in (("call1", 1000.0), ("call2", 750.0)):
-        src = ROOT / "results/window-calibration-h100" / call / "window.json"
+    """Two H100 cards (results/window-calibration-h100): 500 ms left the null pairs at 2.0-2.7%, above the
+    target; the calibration chose 1000, 750 and 750 ms. One H200 (results/window-calibration-h200): 500 ms."""
+    for call, window in (("window-calibration-h100/call1", 1000.0), ("window-calibration-h100/call2", 750.0),
+                         ("window-calibration-h100/call3-other-card", 750.0), ("window-calibration-h200", 500.0)):
+        src = ROOT / "results" / call / "window.json"
         p = subprocess.run([sys.executable, "-m", "tptune", "calibrate-window", "--from", str(src), "--out",
                             str(tmp_path / call)], capture_output=True, text=True, timeout=120, cwd=ROOT)
         assert p.returncode == 0, p.stderr[-2000:]
-        assert f"chosen: {window:.0f} ms" in p.stdout and "recorded at most" in p.stdout
+        assert f"chosen: {window:.0f} ms" in p.stdout
         assert yaml.safe_load((tmp_path / call / "window.yaml").read_text()) == {"timing": {"window_ms": window}}
         rec = json.loads(src.read_text())
-        assert rec["gpu"] == "NVIDIA H100 80GB HBM3"
         five = next(r for r in rec["table"] if r["window_ms"] == 500.0)
-        assert five["sd"] > resolvable_sd(0.02, 6) > rec["target_sd"]
+        if rec["gpu"] == "NVIDIA H100 80GB HBM3":      # 500 ms left more than the budget resolves
+            assert five["sd"] > rec["target_sd"]
+        else:                                           # the H200 keeps the default
+            assert rec["gpu"] == "NVIDIA H200" and five["sd"] <= rec["target_sd"]
     p = subprocess.run([sys.executable, "-m", "tptune", "calibrate-window", "--from", str(ROOT / "README.md")],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode == 2 and "not a calibration record" in p.stderr
