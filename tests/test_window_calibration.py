@@ -116,7 +116,7 @@ def test_cli_refuses_cpu_and_bad_options(tmp_path):
     assert p.returncode == 2 and "missing.yaml" in p.stderr and "file not found" in p.stderr
 
 
-def test_the_committed_h100_calibrations_re_derive(tmp_path):
+def test_the_committed_calibrations_re_derive(tmp_path):
     """Two H100 cards (results/window-calibration-h100): 500 ms left the null pairs at 2.0-2.7%, above the
     target; the calibration chose 1000, 750 and 750 ms. One H200 (results/window-calibration-h200): 500 ms."""
     for call, window in (("window-calibration-h100/call1", 1000.0), ("window-calibration-h100/call2", 750.0),
