@@ -29,10 +29,7 @@ from pathlib import Path
 from tptune.cases import make_case
 from tptune.launch import Launcher
 from tptune.search.rounds import log_ratio_interval, point_rounds
-from tptune.settings import load_config_files, resolve
-from tptune.window_calibration import sharded
-
-ROOT = Path(__file__).resolve().parents[1]
+from tptune.window_calibration import load_sharded
 PAIR = ("none", "nocomm")
 
 
@@ -67,13 +64,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.rounds < 3:
         ap.error("--rounds: at least 3 (round 0 against two later rounds)")
-    cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
-    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
     try:
-        mc = sharded(s.model, a.shard) if a.shard > 1 else s.model
+        s, mc, ops = load_sharded(a.config, a.shard, a.ops)
     except ValueError as e:
         raise SystemExit(f"--shard: {e}")
-    ops = a.ops.split(",") if a.ops else list(s.ops)
     launcher = Launcher(s.launcher_settings())
     effects: dict[str, list[float]] = {"lead-in": [], "none": []}
     sessions = []
@@ -105,7 +99,8 @@ def main(argv=None) -> int:
     print("first member's round-0 effect (its round-0 ratio against the other, over the same in later rounds):")
     for arm, r in res.items():
         if r["n"]:
-            print(f"  {arm:8s} {r['effect']:+.2%} [{r['lo']:+.2%}, {r['hi']:+.2%}] over {r['n']} sessions: "
+            ci = f" [{r['lo']:+.2%}, {r['hi']:+.2%}]" if r["n"] >= 2 else ""
+            print(f"  {arm:8s} {r['effect']:+.2%}{ci} over {r['n']} sessions: "
                   + " ".join(f"{v * 100:+.1f}" for v in r["values"]))
     if a.json:
         Path(a.json).write_text(json.dumps({"summary": res, "sessions": sessions, "shard": a.shard,

@@ -52,10 +52,9 @@ from pathlib import Path
 from tptune.cases import make_case
 from tptune.launch import Launcher
 from tptune.search.rounds import log_ratio_interval, t975
-from tptune.settings import load_config_files, resolve
-from tptune.window_calibration import member_record, sd_interval, sharded, split_rounds, window_value  # noqa: F401
+from tptune.window_calibration import (load_sharded, member_record, sd_interval, split_rounds,  # noqa: F401
+                                       window_value)
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def log_ratios(a: list[float], b: list[float]) -> list[float]:
@@ -228,13 +227,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.from_noise:
         return main_from_noise(a, ap)
-    cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
-    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
     try:
-        mc = sharded(s.model, a.shard) if a.shard > 1 else s.model
+        s, mc, ops = load_sharded(a.config, a.shard, a.ops)
     except ValueError as e:
         raise SystemExit(f"--shard: {e}")
-    ops = a.ops.split(",") if a.ops else list(s.ops)
     pair = a.pair.split(",")
     windows = [w for w in _floats(a.windows) if w <= a.window_ms]
     skips = _floats(a.skips)

@@ -98,6 +98,19 @@ def sharded(model, n: int):
     return dataclasses.replace(model, model=spec)
 
 
+def load_sharded(config_files: list[str], shard: int = 1, ops: str | None = None):
+    """(settings, model, ops) for a one-GPU benchmark: the run config files merged over config/config.yaml,
+    the model with TP=``shard``'s per-rank GEMMs (sharded), and the comma-separated ``ops`` (default:
+    the run's). Raises ValueError for a shard the model's widths do not divide."""
+    from .settings import load_config_files, resolve
+    from .verify import ROOT
+
+    cfg = load_config_files(ROOT / "config" / "config.yaml", *config_files)
+    s = resolve(cfg, source=", ".join(config_files) or "config/config.yaml")
+    mc = sharded(s.model, shard) if shard > 1 else s.model
+    return s, mc, (ops.split(",") if ops else list(s.ops))
+
+
 def member_record(run: dict) -> dict:
     """Rounds (iterations in order), the minimum timed iterations and the overhead of a round (the
     held time less its timed GPU time) of a member's run.json."""
