@@ -206,3 +206,18 @@ def test_lead_in_benchmark_arithmetic_and_its_committed_h100_run():
     assert again["lead-in"]["n"] == again["none"]["n"] == 12
     assert again["lead-in"]["hi"] < 0 < again["none"]["lo"]                  # the lead-in made round 0 worse
     assert again["lead-in"]["effect"] == pytest.approx(rec["summary"]["lead-in"]["effect"])
+
+
+@pytest.mark.slow
+def test_a_failing_member_is_recorded_and_the_other_ops_still_calibrate(tmp_path, pool_dir):
+    from tptune.launch import Launcher
+
+    cfg = base_config(pool_dir, ops=["qkv", "fc2"], tp_sizes=[2], faults={"fc2-tp1-nocomm": "raise:0"})
+    cfg["timing"].update(iters=8, warmup=1)
+    s = resolve(cfg, source="test")
+    rec = wc.calibrate(s, Launcher(s.launcher_settings()), candidates=[5.0, 20.0], rounds=3, work_dir=tmp_path)
+    assert set(rec["failed"]) == {"fc2"} and "injected failure on rank 0" in rec["failed"]["fc2"]["fc2-tp1-nocomm"]
+    assert set(rec["members"]) == {"qkv"}
+    assert all(set(r["per_op"]) == {"qkv"} and r["df"] == 2 for r in rec["table"])
+    assert rec["window_ms"] in (5.0, 20.0)
+    assert "fc2: not measured (fc2-tp1-nocomm: " in wc.format_table(rec)

@@ -212,7 +212,7 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
             op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=total, max_rounds=total,
                                                         profile_steps=0, window_ms=longest, lead_in=False))
             rec = launcher.session(members, mc, Path(tmp) / op, op_settings, session_id=f"calibrate/{op}",
-                                   evidence=False)
+                                   evidence=False, faults=s.config.get("faults") or {})
             runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
             bad = {cid: (r.get("error") or {}).get("message", "failed") for cid, r in runs.items() if r["status"] != "ok"}
             if bad:
