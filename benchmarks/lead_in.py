@@ -92,7 +92,7 @@ def main(argv=None) -> int:
                     if e is not None:
                         effects[arm].append(e)
                     sessions.append({"op": op, "rep": rep, "arm": arm, "first": first, "effect": e,
-                                     "lead_in": rec.get("lead_in"), "rounds": {c: v for c, v in vals.items()}})
+                                     "lead_in": rec.get("lead_in"), "rounds": vals})
     res = summarize(effects)
     print(f"{mc.model.name} TP=1, null pair {' vs '.join(PAIR)}, {a.rounds} rounds, {a.reps} reps x {len(ops)} ops "
           f"per arm, {a.gap_s:g} s idle before each session ({time.monotonic() - t0:.0f} s)")

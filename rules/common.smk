@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError
-from tptune.settings import resolve
+from tptune.settings import CALIBRATION_JSON, resolve
 from tptune import workflow as wf
 
 try:
@@ -22,7 +22,7 @@ except ConfigError as exc:
 
 RUN_DIR = f"outputs/{S.run}"
 CONFIG_JSON = f"{RUN_DIR}/config.json"
-CALIBRATION = f"{RUN_DIR}/calibration/window.json"       # timing.window_ms: auto (rules/calibrate.smk)
+CALIBRATION = f"{RUN_DIR}/{CALIBRATION_JSON}"       # timing.window_ms: auto (rules/calibrate.smk)
 
 
 def calibration_input(wc=None):

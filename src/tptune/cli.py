@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 from .errors import TptuneError
-
-CALIBRATION_JSON = "calibration/window.json"    # a run's window calibration, beside its config.json
+from .settings import CALIBRATION_JSON, read_calibration
 
 
 def _settings(path: str, check_hardware: bool = False, calibrated: bool = True):
@@ -24,14 +23,11 @@ def _settings(path: str, check_hardware: bool = False, calibrated: bool = True):
     s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware)
     if not (calibrated and s.window_auto):
         return s
-    calib = Path(path).parent / CALIBRATION_JSON
-    try:
-        window = json.loads(calib.read_text())["window_ms"]
-    except (OSError, ValueError, KeyError):
-        window = None
+    window = (read_calibration(Path(path).parent) or {}).get("window_ms")
     if window is None:
         if check_hardware:
-            raise TptuneError(f"timing.window_ms is auto, but {calib} holds no calibrated window: the workflow's "
+            raise TptuneError(f"timing.window_ms is auto, but {Path(path).parent / CALIBRATION_JSON} holds no "
+                              "calibrated window: the workflow's "
                               "calibrate_window rule writes it (or give timing.window_ms in ms)")
         return s
     return s.with_window(window)
@@ -257,9 +253,7 @@ def cmd_calibrate_window(a) -> int:
     """Choose timing.window_ms for this machine (window_calibration) and write the overlay to use it; with
     --run-config, the workflow's calibrate_window rule (timing.window_ms: auto)."""
     from .launch import Launcher
-    from .settings import load_config_files, resolve
-    from .verify import ROOT
-    from .window_calibration import analyse, calibrate, format_table, not_measured, write_calibration
+    from .window_calibration import analyse, calibrate, format_table, load_sharded, not_measured, write_calibration
 
     if a.source:
         try:
@@ -276,8 +270,7 @@ def cmd_calibrate_window(a) -> int:
         s = _settings(a.run_config, check_hardware=True, calibrated=False)
         out = Path(a.out) if a.out else Path(a.run_config).parent / Path(CALIBRATION_JSON).parent
     else:
-        cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
-        s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
+        s = load_sharded(a.config)[0]
         out = Path(a.out) if a.out else Path("outputs") / s.run / Path(CALIBRATION_JSON).parent
     try:
         windows = sorted({float(x) for x in a.windows.split(",")})

@@ -361,7 +361,7 @@ class Launcher:
         if not stop_reason:
             stop_reason = "no member left to measure"
         run_paths = {}
-        canary_attempts = attempts.pop("_canary", []) + attempts.pop("_lead_in", [])
+        side_attempts = attempts.pop("_canary", []) + attempts.pop("_lead_in", [])
         for case in members:
             run = assemble_member_run(case, mc, self.settings, self._settings_for(case, op_settings, faults,
                                                                                   True, True),
@@ -377,7 +377,7 @@ class Launcher:
                "failed": sorted(failed), "canary": canary_rec, "lead_in": lead_rec, "started": t_start,
                "wall_s": time.monotonic() - wall0, "held_s": held,
                "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
-                                                        [*attempts.values(), canary_attempts] for a in a_list)}
+                                                        [*attempts.values(), side_attempts] for a in a_list)}
         tmp = session_dir / "session.json.tmp"
         tmp.write_text(json.dumps(rec, indent=1))
         os.replace(tmp, session_dir / "session.json")

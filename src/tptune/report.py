@@ -9,7 +9,7 @@ import polars as pl
 
 from .cases import parse_case_id
 from .plan import plan_summary
-from .settings import Settings
+from .settings import Settings, read_calibration
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -150,11 +150,8 @@ def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
 
 def _calibration(run_dir: Path) -> dict | None:
     """The window calibration's choice (timing.window_ms: auto), without its recorded rounds."""
-    try:
-        rec = json.loads((run_dir / "calibration" / "window.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return {k: rec.get(k) for k in ("window_ms", "why", "device", "gpu")}
+    rec = read_calibration(run_dir)
+    return {k: rec.get(k) for k in ("window_ms", "why", "device", "gpu")} if rec else None
 
 
 def render_report(s: Settings, run_dir: Path, out: Path) -> Path:

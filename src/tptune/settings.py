@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,8 +16,17 @@ from .schema import problems as schema_problems
 from .model import ModelConfig, load_model
 from .ops import OPS
 
+CALIBRATION_JSON = "calibration/window.json"    # a run's window calibration (timing.window_ms: auto), beside config.json
 SCHEMA = yaml.safe_load((Path(__file__).parent / "data" / "config.schema.yaml").read_text())
 PER_OP_KEYS = {"timing", "search", "check"}
+
+
+def read_calibration(run_dir: str | Path) -> dict | None:
+    """The run's window calibration record (window_calibration), or None where it has none."""
+    try:
+        return json.loads((Path(run_dir) / CALIBRATION_JSON).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def deep_merge(base: dict, over: dict) -> dict:

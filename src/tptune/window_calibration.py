@@ -140,11 +140,12 @@ def window_table(recordings: dict[str, dict[str, dict]], candidates: list[float]
     """Per candidate window: the pooled sd of the null pairs' per-round log ratios over the ops (each op's
     two member records, recordings[op] = {case id: record}), its 95% interval and df, and each op's sd.
     The first ``burn_in`` rounds are left out (module doc: the first round after an idle spell)."""
+    pairs = {op: [{**m, "rounds": m["rounds"][burn_in:]} for m in list(members.values())[:2]]
+             for op, members in recordings.items()}
     rows = []
     for w in sorted(candidates):
         ss, df, per_op = 0.0, 0, {}
-        for op, members in recordings.items():
-            a, b = ({**m, "rounds": m["rounds"][burn_in:]} for m in list(members.values())[:2])
+        for op, (a, b) in pairs.items():
             ds = pair_log_ratios(a, b, w)
             if len(ds) < 2:
                 continue
@@ -220,23 +221,25 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
                 continue
             recordings[op] = {cid: member_record(r) for cid, r in runs.items()}
             env = env or next(iter(runs.values())).get("environment") or {}
-    return analyse({"candidates": sorted(candidates), "burn_in": BURN_IN, "target_sd": target_sd(s.config),
-                    "target_fraction": TARGET_FRACTION, "noise_floor": s.config["decision"]["noise_floor"],
-                    "max_rounds": int(s.config["timing"]["max_rounds"]), "pair": list(PAIR), "tp": 1, "shard": shard,
-                    "model": mc.model.name, "rounds": rounds, "preroll_ms": s.config["timing"].get("preroll_ms"),
-                    "device": s.device, "gpu": env.get("gpu_name"), "failed": failed, "members": recordings})
+    return analyse(_record(s, candidates, rounds, model=mc.model.name, gpu=env.get("gpu_name"), failed=failed,
+                           members=recordings))
+
+
+def _record(s, candidates, rounds: int, **measured) -> dict:
+    """A calibration record's settings part (what ``analyse`` needs and the report shows) and ``measured``."""
+    return {"candidates": sorted(candidates), "burn_in": BURN_IN, "target_sd": target_sd(s.config),
+            "target_fraction": TARGET_FRACTION, "noise_floor": s.config["decision"]["noise_floor"],
+            "max_rounds": int(s.config["timing"]["max_rounds"]), "pair": list(PAIR), "tp": 1,
+            "shard": min(s.tp_sizes), "rounds": rounds, "preroll_ms": s.config["timing"].get("preroll_ms"),
+            "device": s.device, **measured}
 
 
 def not_measured(s, candidates) -> dict:
     """The record of a run whose device has no timed window (CPU: a round times timing.iters by wall
     clock): nothing measured, the shortest candidate written so that ``window_ms: auto`` resolves."""
-    return {"window_ms": min(candidates), "why": "CPU: a round times timing.iters by wall clock and has no "
-            "window; nothing was measured", "candidates": sorted(candidates), "burn_in": BURN_IN,
-            "target_sd": target_sd(s.config), "target_fraction": TARGET_FRACTION,
-            "noise_floor": s.config["decision"]["noise_floor"], "max_rounds": int(s.config["timing"]["max_rounds"]),
-            "pair": list(PAIR), "tp": 1, "shard": min(s.tp_sizes), "model": s.model.model.name, "rounds": 0,
-            "preroll_ms": s.config["timing"].get("preroll_ms"), "device": s.device, "gpu": None, "failed": {},
-            "members": {}, "table": [], "reach_ms": {}, "overhead_s": 0.0}
+    return _record(s, candidates, 0, model=s.model.model.name, gpu=None, failed={}, members={}, table=[],
+                   reach_ms={}, overhead_s=0.0, window_ms=min(candidates),
+                   why="CPU: a round times timing.iters by wall clock and has no window; nothing was measured")
 
 
 def write_calibration(rec: dict, out_dir: Path) -> tuple[Path, Path | None]:

@@ -90,10 +90,14 @@ def _r(x: float):
     return None if x is None or not math.isfinite(x) else round(x, 5)
 
 
+def paired_log_ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
+    """Per-round log ratios of a to b over the rounds both have ({round id: value}), in round order."""
+    return [math.log(a[r]) - math.log(b[r]) for r in sorted(set(a) & set(b)) if a[r] > 0 and b[r] > 0]
+
+
 def paired_ratio(a: dict[int, float], b: dict[int, float]) -> Ratio | None:
     """Ratio of a to b over the rounds both have ({round id: value}); None without a common round."""
-    common = sorted(set(a) & set(b))
-    return log_ratio_interval([math.log(a[r]) - math.log(b[r]) for r in common if a[r] > 0 and b[r] > 0])
+    return log_ratio_interval(paired_log_ratios(a, b))
 
 
 def log_ratio_interval(ds: list[float]) -> Ratio | None:

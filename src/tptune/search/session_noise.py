@@ -27,12 +27,8 @@ import statistics
 from pathlib import Path
 
 from ..workflow import read_session
+from .rounds import paired_log_ratios as pair_log_ratios
 from .rounds import point_rounds, t975
-
-
-def pair_log_ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
-    """Per-round log ratios of a to b over the rounds both have (round id -> value)."""
-    return [math.log(a[r]) - math.log(b[r]) for r in sorted(set(a) & set(b)) if a[r] > 0 and b[r] > 0]
 
 
 def session_pairs(rec: dict, runs: dict[str, dict]) -> list[list[float]]:
