@@ -554,3 +554,5 @@ def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -
         return
     mf.write_megatron_flags(run_dir / "megatron_flags.txt", sw, "tp_comm_overlap_cfg.yaml")
     mf.write_transformer_config_yaml(run_dir / mf.OVERRIDES_FILE, sw)
+    emit.write_bridge_overlap_py(run_dir / emit.BRIDGE_FILE, ub, sw, model=meta["model"],
+                                 workload=meta["workload"], fp8=s.model.workload.is_fp8)
