@@ -204,6 +204,9 @@ class Workload:
     # Packed variable-length (THD) micro-batches or token-count dynamic batching: userbuffers need a
     # constant seq*mbs, so TP comm overlap cannot run on them unless padded (a trap, tptune.traps).
     packed_sequences: bool = False
+    # Megatron's sequence_parallel; TE userbuffers overlap needs it (a trap when off). The per-op and
+    # layer sessions always measure with it on.
+    sequence_parallel: bool = True
 
     @property
     def tokens(self) -> int:
@@ -261,6 +264,8 @@ class Workload:
         d = asdict(self)
         if not self.packed_sequences:
             d.pop("packed_sequences")
+        if self.sequence_parallel:
+            d.pop("sequence_parallel")
         if not self.is_fp8:
             for k in ("recipe", "fp8_format", "fp8_emulation"):
                 d.pop(k)
@@ -462,7 +467,7 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
     _check_moe(fields, problems)
 
     wl = dict(raw.get("workload") or {})
-    for k in ("seq_length", "micro_batch_size", "dtype"):
+    for k in ("seq_length", "micro_batch_size", "dtype", "sequence_parallel"):
         if k in raw and k not in wl:
             wl[k] = raw[k]
     if "params_dtype" in raw and "dtype" not in wl:
@@ -482,22 +487,23 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
     mbs = _positive_int({"micro_batch_size": wl.get("micro_batch_size", 1)}, ("micro_batch_size",), problems)
     dtype = _dtype(wl.get("dtype", "bf16"), "dtype", problems)
     recipe, fp8_format, fp8_emulation = _fp8_fields(wl, dtype, problems)
-    packed = wl.get("packed_sequences", False)
-    if not isinstance(packed, bool):
-        problems.append(f"field 'workload.packed_sequences' = {packed!r}: expected true or false")
-        packed = False
+    packed, sp = wl.get("packed_sequences", False), wl.get("sequence_parallel", True)
+    for key, v in (("packed_sequences", packed), ("sequence_parallel", sp)):
+        if not isinstance(v, bool):
+            problems.append(f"field 'workload.{key}' = {v!r}: expected true or false")
+    packed, sp = packed is True, sp is not False
 
     name = raw.get("name") or raw.get("_name_or_path") or Path(source).stem
     if problems:
         raise ConfigError(source, problems)
     return ModelConfig(
         model=ModelSpec(name=str(name), **fields),
-        workload=Workload(seq, mbs, dtype, recipe, fp8_format, fp8_emulation, packed),
+        workload=Workload(seq, mbs, dtype, recipe, fp8_format, fp8_emulation, packed, sp),
         source=source,
     )
 
 
-WORKLOAD_KEYS = ("seq_length", "micro_batch_size", "dtype", "packed_sequences", *FP8_FIELDS)
+WORKLOAD_KEYS = ("seq_length", "micro_batch_size", "dtype", "packed_sequences", "sequence_parallel", *FP8_FIELDS)
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "relu", "squared_relu")
 # Megatron-style ``activation``: name -> (nonlinearity, gated or None: the name does not say)
 _MEGATRON_ACTS = {"swiglu": ("silu", True), "geglu": ("gelu", True), "reglu": ("relu", True),
@@ -515,7 +521,8 @@ _SPEC_KEYS = ("hidden_size", "ffn_hidden_size", "num_attention_heads", "num_quer
 _ALIAS_KEYS = ("intermediate_size", "num_key_value_heads", "head_dim", "num_hidden_layers", "padded_vocab_size",
                "tie_word_embeddings", "share_embeddings_and_output_weights", "gated_linear_unit", "swiglu",
                "num_experts")
-_TOP_KEYS = ("name", "workload", "seq_length", "micro_batch_size", "dtype", "params_dtype", "bf16", "fp16", "source")
+_TOP_KEYS = ("name", "workload", "seq_length", "micro_batch_size", "dtype", "params_dtype", "bf16", "fp16", "source",
+             "sequence_parallel")
 # Megatron keys accepted and ignored: they change no linear op's shape and no memory term counted here.
 IGNORED_MEGATRON_KEYS = (
     "normalization", "layernorm_epsilon", "norm_epsilon", "position_embedding_type", "rotary_base",
