@@ -158,6 +158,13 @@ class ModelSpec:
         pat = self.moe_pattern()
         return (len(pat) - sum(pat)) if pat is not None else (0 if self.is_moe else 1)
 
+    def block_pattern(self, n: int) -> list[bool]:
+        """Which of the layer stage's ``n`` layers are MoE layers: every one for an MoE model, except the
+        first when the model also has dense layers (the block then runs both kinds); none when dense."""
+        if not self.is_moe:
+            return [False] * n
+        return [not (i == 0 and self.dense_layers and n > 1) for i in range(n)]
+
     @property
     def activation_name(self) -> str:
         return self.activation or ("silu" if self.gated_mlp else "gelu")
