@@ -22,12 +22,21 @@ MC = parse_model({"hidden_size": 64, "ffn_hidden_size": 96, "num_attention_heads
                   "workload": {"seq_length": 32, "micro_batch_size": 2, "dtype": "fp32"}}, "layer")
 
 
-def _worker(rank, world, init_file, results):
+# An MoE model with a dense first layer: the block is [dense, MoE] (router, 4 experts top-2, shared expert)
+MC_MOE = parse_model({"hidden_size": 64, "ffn_hidden_size": 96, "num_attention_heads": 4, "num_query_groups": 2,
+                      "kv_channels": 16, "swiglu": True, "num_layers": 3, "num_moe_experts": 4, "moe_router_topk": 2,
+                      "moe_ffn_hidden_size": 32, "moe_shared_expert_intermediate_size": 48,
+                      "moe_layer_freq": [0, 1, 1],
+                      "workload": {"seq_length": 32, "micro_batch_size": 2, "dtype": "fp32"}}, "layer-moe")
+
+
+def _worker(rank, world, init_file, results, mc=MC, variants=("none", "chunked.n2", "nocomm")):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     ctx = RankContext(rank, world, rank, torch.device("cpu"), dist.group.WORLD, dist.group.WORLD)
     out = {}
-    for variant in ("none", "chunked.n2", "nocomm"):
-        bench = TorchBlockBench(make_case("layer", world, variant), MC, ctx, {"layer": {"num_layers": 2}})
+    for variant in variants:
+        bench = TorchBlockBench(make_case("layer", world, variant), mc, ctx, {"layer": {"num_layers": 2}})
+        out["moe"] = bench.moe
         y = bench.forward().detach().clone()
         bench.backward()
         out[variant] = (y, bench.x.grad.clone(), bench.correctness()["ok"])
@@ -35,10 +44,10 @@ def _worker(rank, world, init_file, results):
     dist.destroy_process_group()
 
 
-def _run(world):
+def _run(world, *extra):
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.start_processes(_worker, args=(world, tempfile.mktemp(), results), nprocs=world, join=True,
+        mp.start_processes(_worker, args=(world, tempfile.mktemp(), results, *extra), nprocs=world, join=True,
                            start_method="spawn")
         return dict(results)
 
@@ -55,6 +64,26 @@ def test_tp2_block_equals_tp1_block(blocks):
     g2 = torch.cat([two[r]["none"][1] for r in range(2)])
     assert torch.allclose(y1, y2, atol=1e-4, rtol=1e-4)
     assert torch.allclose(g1, g2, atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def moe_blocks():
+    return _run(1, MC_MOE, ("none",)), _run(2, MC_MOE, ("none", "chunked.n2"))
+
+
+def test_moe_block_tp2_equals_tp1_with_routed_experts(moe_blocks):
+    """Top-k routing over each rank's expert shards at TP 2 on gloo computes the TP 1 block."""
+    one, two = moe_blocks
+    assert one[0]["moe"] == [False, True]
+    y1, g1, ok = one[0]["none"]
+    assert ok
+    y2 = torch.cat([two[r]["none"][0] for r in range(2)])
+    g2 = torch.cat([two[r]["none"][1] for r in range(2)])
+    assert torch.allclose(y1, y2, atol=1e-4, rtol=1e-4) and torch.allclose(g1, g2, atol=1e-4, rtol=1e-4)
+    for r in range(2):   # chunked: the shared expert's fc1/fc2 chunked, the routed part as is
+        assert torch.allclose(two[r]["chunked.n2"][0], two[r]["none"][0], atol=1e-5)
+    dense = _run(1, MC, ("none",))[0]["none"][0]
+    assert not torch.allclose(dense, y1)   # not silently the dense block
 
 
 def test_chunked_block_computes_the_same_and_bound_differs(blocks):

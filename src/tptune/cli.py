@@ -55,6 +55,9 @@ def cmd_validate(a) -> int:
     print(f"ok: {m.name} hidden={m.hidden_size} ffn={m.ffn_hidden_size} heads={m.num_attention_heads} "
           f"groups={m.num_query_groups} kv={m.kv_channels} gated={m.gated_mlp} | seq={w.seq_length} "
           f"mbs={w.micro_batch_size} {w.dtype} | backend={s.backend} device={s.device} tp={s.tp_sizes} run={s.run}")
+    from .traps import run_traps   # what would switch TP overlap off in training (errors were refused above)
+    for t in run_traps(s.config, s.model):
+        print(t.line)
     return 0
 
 

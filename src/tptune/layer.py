@@ -26,6 +26,20 @@ from .search.noise import compare_points
 from .search.points import point_median
 
 
+def block_layers(m, n: int) -> list[str]:
+    """What each of the block's ``n`` layers is (worker/torch_block and te_block build it so), for the report."""
+    out = []
+    for moe in m.block_pattern(n):
+        if not moe:
+            out.append("dense (attention + MLP)")
+            continue
+        shared = (f", shared expert {m.moe_shared_expert_intermediate_size} wide (fc1/fc2)"
+                  if m.moe_shared_expert_intermediate_size else "")
+        out.append(f"MoE (attention + router + {m.num_moe_experts} routed experts, top-{m.moe_router_topk}, "
+                   f"{m.moe_ffn_hidden_size} wide{shared})")
+    return out
+
+
 def presets_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "presets"
 
@@ -184,6 +198,7 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         winner, reason = tuned_id, "no reference beats the tuned combination on the block beyond the noise"
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
             "num_layers": int((s.config.get("layer") or {}).get("num_layers", 2)), "tuned": tuned_id,
+            "built": block_layers(s.model.model, int((s.config.get("layer") or {}).get("num_layers", 2))),
             "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
 
 

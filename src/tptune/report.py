@@ -46,6 +46,12 @@ def _memory_md(floor: dict | None) -> str:
     return markdown_table(floor) if floor else "Memory not checked."
 
 
+def _overlap_md(s: Settings) -> str:
+    from .traps import report_md
+
+    return report_md(s.config, s.model)
+
+
 def _point_rows(meas: pl.DataFrame) -> pl.DataFrame:
     """The rows of the TP-point sessions: every reference and finalist measured side by side."""
     return meas.filter(pl.col("session").str.ends_with("/point"))
@@ -192,6 +198,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows, flags_text=flags_text,
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
+        overlap_md=_overlap_md(s),
         layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),
         calibration=_calibration(run_dir),
     )

@@ -124,6 +124,8 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
             problems.extend(f"field 'tp_sizes': {p}" for p in mc.tp_problems(tp))
     from .memory import config_problems as memory_problems
     problems.extend(memory_problems(config, mc))
+    from .traps import config_problems as trap_problems   # ops with nothing under TP overlap in this model
+    problems.extend(trap_problems(config, mc))
     backend = config.get("backend", "auto")
     has_gpu = count_gpus() > 0
     if backend == "auto":

@@ -1,6 +1,7 @@
 """A whole transformer block on the te backend: Megatron-core's TransformerBlock with the TE layer spec.
 
-Case "layer-tp<N>-<variant>": ``num_layers`` (settings["layer"]["num_layers"], default 2) GPT layers
+An MoE model's block has its MoE layers (``_moe_config``; untested on a GPU yet: scripts/gpu_moe_block_tp1.py
+checks the builder at TP 1). Case "layer-tp<N>-<variant>": ``num_layers`` (settings["layer"]["num_layers"], default 2) GPT layers
 of the model's real shapes (attention included: TE's fused attention, causal, GQA; gated MLP; RMSNorm;
 no bias), sequence parallel, bf16. Variants: ``none`` (tp_comm_overlap off: TE's NCCL collectives)
 and ``ub.<preset>`` (tp_comm_overlap on, initialize_ub with the preset's full ten-GEMM ub_cfgs; the
@@ -123,7 +124,22 @@ class TeBlockBench(_tb._TeBench):
             tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1,
             **(self.switches if overlap else {"tp_comm_overlap": False}),
             params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
-            **self._fp8_config())
+            **self._fp8_config(), **self._moe_config())
+
+    def _moe_config(self) -> dict:
+        """An MoE model's block (ModelSpec.block_pattern: a dense first layer when the model has dense
+        layers, then MoE layers): Megatron-core's MoE layer with its router, routed experts (grouped GEMM,
+        alltoall dispatcher, expert-TP = TP) and shared expert; no aux loss, so the timing is the layer's."""
+        m = self.mc.model
+        if not m.is_moe:
+            return {}
+        out = {"num_moe_experts": m.num_moe_experts, "moe_router_topk": m.moe_router_topk,
+               "moe_ffn_hidden_size": m.moe_ffn_hidden_size, "moe_token_dispatcher_type": "alltoall",
+               "moe_grouped_gemm": True, "moe_router_load_balancing_type": "none", "moe_aux_loss_coeff": 0.0,
+               "moe_layer_freq": [int(x) for x in m.block_pattern(self.layers)]}
+        if m.moe_shared_expert_intermediate_size:
+            out["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size
+        return out
 
     def _fp8_config(self) -> dict:
         """Megatron's FP8 (or FP4) TransformerConfig fields for the workload's recipe."""
@@ -142,8 +158,13 @@ class TeBlockBench(_tb._TeBench):
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
         from megatron.core.transformer.transformer_block import TransformerBlock
 
-        spec = get_gpt_layer_with_transformer_engine_spec()
-        block = TransformerBlock(self._config(overlap), spec, post_layer_norm=False)
+        config = self._config(overlap)
+        if self.mc.model.is_moe:   # per-layer specs: dense and MoE layers as moe_layer_freq lays them out
+            from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+            spec = get_gpt_decoder_block_spec(config, use_transformer_engine=True)
+        else:
+            spec = get_gpt_layer_with_transformer_engine_spec()
+        block = TransformerBlock(config, spec, post_layer_norm=False)
         return block.to(device=self.ctx.device)
 
     def _init_ub(self) -> None:

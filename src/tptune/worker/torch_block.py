@@ -4,7 +4,9 @@ layer stage built from this backend's own sequence-parallel layers.
 Per layer (pre-norm GPT, as Megatron's): x + proj(attn(qkv(norm(x)))), then h + fc2(act(fc1(norm(h)))),
 with qkv/fc1 column-parallel (all-gather in, sequence-parallel out of fc2/proj by reduce-scatter),
 attention by torch's scaled_dot_product_attention (causal) on the rank's heads, GQA by repeating
-the rank's key/value groups, SwiGLU when the MLP is gated. Variants as for the ops: none, nocomm
+the rank's key/value groups, SwiGLU when the MLP is gated. An MoE model's block has its MoE
+layers (ModelSpec.block_pattern): router, top-k routed experts over the rank's expert shards and the
+shared expert (``_moe``). Variants as for the ops: none, nocomm
 (collectives replaced by local stand-ins: the bound), chunked.n<N> (every op split into N chunks).
 """
 from __future__ import annotations
@@ -18,6 +20,32 @@ from .context import TORCH_DTYPES, RankContext
 from .torch_backend import ColumnParallelSP, RowParallelSP, _Comm
 
 DEFAULT_LAYERS = 2
+
+
+class _Gather(torch.autograd.Function):
+    """All-gather of the sequence-parallel tokens (backward: reduce-scatter), outside any overlap."""
+
+    @staticmethod
+    def forward(ctx, x, comm):
+        ctx.comm = comm
+        return comm.all_gather(x)[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.comm.reduce_scatter(g.contiguous())[0], None
+
+
+class _Scatter(torch.autograd.Function):
+    """Reduce-scatter of partial sums back to sequence-parallel tokens (backward: all-gather)."""
+
+    @staticmethod
+    def forward(ctx, x, comm):
+        ctx.comm = comm
+        return comm.reduce_scatter(x)[0]
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.comm.all_gather(g.contiguous())[0], None
 
 
 class TorchBlockBench:
@@ -44,7 +72,8 @@ class TorchBlockBench:
             return part.contiguous().to(ctx.device, dt).requires_grad_(True)
 
         self.params = []
-        for _ in range(self.layers):
+        self.moe = m.block_pattern(self.layers)
+        for i in range(self.layers):
             q, kv = m.q_size, m.kv_size
             # the qkv weight's rows per rank: the rank's q heads, then its k and v groups
             qkv = torch.cat([shard(q, m.hidden_size, True), shard(kv, m.hidden_size, True),
@@ -56,6 +85,21 @@ class TorchBlockBench:
                          [shard(m.ffn_hidden_size, m.hidden_size, True),
                           shard(m.ffn_hidden_size, m.hidden_size, True)]).detach().requires_grad_(True),
                      "fc2": shard(m.hidden_size, m.ffn_hidden_size, False)}
+            if self.moe[i]:   # router (replicated), routed experts (each TP-sharded: ETP = TP), shared expert
+                for k in ("fc1", "fc2"):
+                    del layer[k]
+                e, ew, g = m.num_moe_experts, m.moe_ffn_hidden_size, 2 if m.gated_mlp else 1
+                layer["router"] = (torch.randn(e, m.hidden_size, generator=gen) / m.hidden_size ** 0.5).to(
+                    ctx.device, dt).requires_grad_(True)
+                layer["experts_fc1"] = torch.stack([torch.cat([shard(ew, m.hidden_size, True) for _ in range(g)])
+                                                    for _ in range(e)]).detach().requires_grad_(True)
+                layer["experts_fc2"] = torch.stack([shard(m.hidden_size, ew, False) for _ in range(e)]
+                                                   ).detach().requires_grad_(True)
+                sw = m.moe_shared_expert_intermediate_size
+                if sw:
+                    layer["shared_fc1"] = torch.cat([shard(sw, m.hidden_size, True) for _ in range(g)]
+                                                    ).detach().requires_grad_(True)
+                    layer["shared_fc2"] = shard(m.hidden_size, sw, False)
             self.params.append(layer)
         x = torch.randn(w.tokens, m.hidden_size, generator=gen).view(tp, w.tokens // tp, m.hidden_size)[ctx.rank]
         self.x = x.contiguous().to(ctx.device, dt).requires_grad_(True)
@@ -85,15 +129,50 @@ class TorchBlockBench:
         for p in self.params:
             a = ColumnParallelSP.apply(self._norm(x, p["norm1"]), p["qkv"], self.comm, self.chunks)
             x = x + RowParallelSP.apply(self._attention(a), p["proj"], self.comm, self.chunks)
-            h = ColumnParallelSP.apply(self._norm(x, p["norm2"]), p["fc1"], self.comm, self.chunks)
-            if self.m.gated_mlp:
-                gate, up = h.chunk(2, dim=-1)
-                h = torch.nn.functional.silu(gate) * up
+            hn = self._norm(x, p["norm2"])
+            if "router" in p:
+                x = x + self._moe(hn, p)
             else:
-                h = torch.nn.functional.gelu(h)
-            x = x + RowParallelSP.apply(h, p["fc2"], self.comm, self.chunks)
+                x = x + self._mlp(hn, p["fc1"], p["fc2"])
         self.out = x
         return x
+
+    def _act(self, h):
+        name = self.m.activation_name
+        f = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+             "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+             "relu": torch.relu, "squared_relu": lambda t: torch.relu(t) ** 2}[name]
+        if self.m.gated_mlp:
+            gate, up = h.chunk(2, dim=-1)
+            return f(gate) * up
+        return f(h)
+
+    def _mlp(self, hn, w1, w2):
+        """fc1/fc2 under TP (the ops tptune tunes): a dense MLP or the shared expert."""
+        h = ColumnParallelSP.apply(hn, w1, self.comm, self.chunks)
+        return RowParallelSP.apply(self._act(h), w2, self.comm, self.chunks)
+
+    def _moe(self, hn, p):
+        """An MoE layer as Megatron's with the all-gather token dispatcher and ETP = TP: all-gather the
+        sequence-parallel tokens, route each to its top-k experts (softmax router, probabilities
+        renormalised over the k), every rank runs its shard of each expert on that expert's tokens,
+        reduce-scatter the weighted sum; plus the shared expert through fc1/fc2. The routed part is
+        never chunked: it runs outside TP comm overlap, as in Megatron-core."""
+        full = _Gather.apply(hn, self.comm)
+        probs = torch.softmax(full.float() @ p["router"].float().t(), dim=-1)
+        top_p, top_i = probs.topk(self.m.moe_router_topk, dim=-1)
+        top_p = (top_p / top_p.sum(-1, keepdim=True)).to(full.dtype)
+        out = torch.zeros_like(full)
+        for e in range(self.m.num_moe_experts):
+            tok, slot = (top_i == e).nonzero(as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            y = self._act(full[tok] @ p["experts_fc1"][e].t()) @ p["experts_fc2"][e].t()
+            out = out.index_add(0, tok, y * top_p[tok, slot].unsqueeze(-1))
+        routed = _Scatter.apply(out, self.comm)
+        if "shared_fc1" in p:
+            routed = routed + self._mlp(hn, p["shared_fc1"], p["shared_fc2"])
+        return routed
 
     def backward(self):
         self.out.backward(self.grad_out)
