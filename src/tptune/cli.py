@@ -72,6 +72,21 @@ def _run_dir(a) -> Path:
     return Path(a.config).parent if getattr(a, "config", None) else Path(a.out).parent
 
 
+def _read_json(path: str | Path, what: str, keys: tuple[str, ...] = ()):
+    """A JSON file the user (or the workflow) gave, or one line saying it is not ``what``."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TptuneError(f"{path}: no such file (expected {what})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TptuneError(f"{path}: not {what}: {exc}") from None
+    missing = [k for k in keys if not (isinstance(obj, dict) and k in obj)]
+    if missing:
+        raise TptuneError(f"{path}: not {what}: no {', '.join(repr(k) for k in missing)} in it")
+    return obj
+
+
 def _write_json(path: str | Path, obj) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,6 +167,7 @@ def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contender
 def cmd_analyze_case(a) -> int:
     from .analyze import analyze_case
 
+    _read_json(a.run_json, "a case's run.json (tptune profile or a session writes it)", ("case", "status"))
     analyze_case(Path(a.run_json), Path(a.out))
     return 0
 
@@ -159,6 +175,8 @@ def cmd_analyze_case(a) -> int:
 def cmd_analyze_session(a) -> int:
     from .analyze import analyze_session
 
+    _read_json(Path(a.session) / "session.json", "a session's session.json (--session is the folder holding it)",
+               ("runs",))
     analyze_session(Path(a.session), Path(a.out))
     return 0
 
@@ -167,7 +185,7 @@ def cmd_search_step(a) -> int:
     from .workflow import step_record
 
     s = _settings(a.config)
-    prev = json.loads(Path(a.prev).read_text()) if a.prev else None
+    prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
     _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a)))
     return 0
 
@@ -176,7 +194,7 @@ def cmd_measure_step(a) -> int:
     from .workflow import session_dir, step_cases, step_margins, step_session_name
 
     s = _settings(a.config, check_hardware=True, node_tps=[a.tp])
-    prev = json.loads(Path(a.prev).read_text()) if a.prev else None
+    prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
     cases = step_cases(s, a.op, a.tp, a.dim, prev)
     if not cases:
         raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
@@ -229,7 +247,8 @@ def cmd_tp_step(a) -> int:
     from .decide import tp_step, with_verdict
 
     s = _settings(a.config)
-    points = {pt["tp"]: with_verdict(_run_dir(a), pt) for pt in (json.loads(Path(p).read_text()) for p in a.points)}
+    points = {pt["tp"]: with_verdict(_run_dir(a), pt)
+              for pt in (_read_json(p, "a TP point's point.json (--points)", ("tp",)) for p in a.points)}
     _write_json(a.out, tp_step(s, a.op, a.tp, points, _run_dir(a)))
     return 0
 
@@ -258,7 +277,7 @@ def cmd_report(a) -> int:
 
 
 def cmd_join_json(a) -> int:
-    _write_json(a.out, [json.loads(Path(p).read_text()) for p in a.inputs])
+    _write_json(a.out, [_read_json(p, "a JSON file") for p in a.inputs])
     return 0
 
 
