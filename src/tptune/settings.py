@@ -338,7 +338,8 @@ def is_run_record(path: str | Path) -> bool:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(raw, dict) and "_source" in raw
+    # the workflow marks it (_source); a copy written without the mark still holds the defaults' blocks
+    return isinstance(raw, dict) and ("_source" in raw or {"model", "ops", "tp_sizes", "timing", "launcher"} <= set(raw))
 
 
 def load_run_config(paths: list[str | Path]) -> tuple[dict, str, str]:
