@@ -246,3 +246,9 @@ def test_tp_sizes_beyond_the_gpus_seen_are_refused(pool_dir, monkeypatch):
     assert resolve(cfg, node_tps=[1]).device == "cuda"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     assert resolve(cfg).tp_sizes == [2, 4]
+
+
+def test_faults_of_the_runs_own_cases_are_accepted(pool_dir):
+    """Its op/TP cases, the layer stage's, and TP 1 (the window calibration's cases)."""
+    faults = {"fc2-tp2-none": "raise:1", "layer-tp2-none": "exit:0", "qkv-tp1-nocomm": "hang:0"}
+    assert resolve(base_config(pool_dir, tp_sizes=[2], faults=faults)).config["faults"] == faults

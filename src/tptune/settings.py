@@ -219,9 +219,11 @@ def cross_field_problems(config: dict) -> list[str]:
     targets = set(config["ops"]) | {"layer"}
     for case_id, spec in (config.get("faults") or {}).items():
         m = re.fullmatch(r"([a-z0-9]+)-tp(\d+)-.+", str(case_id))
-        if m and (m[1] not in targets or int(m[2]) not in config["tp_sizes"]):
+        # TP 1: the window calibration's cases (timing.window_ms: auto, tptune calibrate-window --run-config)
+        if m and (m[1] not in targets or int(m[2]) not in {1, *config["tp_sizes"]}):
             out.append(f"field 'faults.{case_id}': this run measures no such case (its ops: "
-                       f"{', '.join(config['ops'])}, and layer; its tp_sizes: {sorted(config['tp_sizes'])})")
+                       f"{', '.join(config['ops'])}, and layer; its tp_sizes: {sorted(config['tp_sizes'])}, "
+                       f"and 1 for the window calibration)")
         if not (isinstance(spec, str) and re.fullmatch(r"(raise|hang|exit)(:\d+)?", spec)):
             out.append(f"field 'faults.{case_id}' = {spec!r}: expected \"raise:<rank>\", \"hang:<rank>\" or "
                        f"\"exit:<rank>\"")
