@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write every call's figures here")
     a = ap.parse_args(argv)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
-    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml")
+    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml", node_tps=[a.tp] if a.tp else None)
     tp = a.tp or s.tp_sizes[0]
     default = next((v for v in a.variant if "=" not in v), "ub.te" if s.backend == "te" else "none")
     per_op = dict(v.split("=", 1) for v in a.variant if "=" in v)

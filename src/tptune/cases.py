@@ -18,6 +18,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
+from .errors import TptuneError
 from .ops import LAYER, OP_GEMMS, OPS
 
 METHODS = {"ring": "ring_exchange", "bulk": "bulk", "pipe": "pipeline"}
@@ -43,8 +44,8 @@ WILDCARD_CONSTRAINTS = {
 }
 
 
-class CaseIdError(ValueError):
-    pass
+class CaseIdError(TptuneError, ValueError):
+    """A case id that is not <op>-tp<N>-<variant> (a user's --case, a faults key): reported in one line."""
 
 
 @dataclass(frozen=True)

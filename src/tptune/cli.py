@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -10,32 +11,80 @@ from .errors import TptuneError
 from .settings import CALIBRATION_JSON, read_calibration
 
 
-def _settings(path: str, check_hardware: bool = False, calibrated: bool = True):
-    """The run's settings from its config.json. Only profiling needs the hardware the run names.
-    ``calibrated``: a ``timing.window_ms: auto`` takes the window of the run's calibration
-    (calibration/window.json beside config.json), which measuring cannot do without."""
-    from .settings import resolve
+def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_tps: list[int] | None = None,
+              recorded: bool = True):
+    """The run's settings from its config.json (or, with ``recorded=False``, from run config YAML(s)
+    layered over config/config.yaml: ``path`` may be a list). Only profiling needs the hardware the run
+    names, and only the TP sizes ``node_tps`` it profiles (default: all). ``calibrated``: a
+    ``timing.window_ms: auto`` takes the window of the run's calibration (calibration/window.json beside
+    config.json), which measuring cannot do without."""
+    from .settings import is_run_record, load_run_config, resolve
 
-    cfg = json.loads(Path(path).read_text())
-    source, base_dir = cfg.pop("_source", path), cfg.pop("_base_dir", ".")
-    if not (Path(base_dir) / cfg["model"]).exists() and (Path.cwd() / cfg["model"]).exists():
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    if recorded and not (len(paths) == 1 and is_run_record(paths[0])):
+        raise TptuneError(f"{', '.join(map(str, paths))}: expected a run's outputs/<run>/config.json (the workflow "
+                          "writes it; this step reads the run folder beside it)" + _what_is(paths[0]))
+    cfg, source, base_dir = load_run_config(paths)
+    if not (Path(base_dir) / cfg.get("model", "")).exists() and (Path.cwd() / cfg.get("model", "")).exists():
         base_dir = "."  # outputs copied from another machine: resolve the model from here
-    s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware)
+    s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware, node_tps=node_tps)
     if not (calibrated and s.window_auto):
         return s
-    window = (read_calibration(Path(path).parent) or {}).get("window_ms")
+    window = (read_calibration(Path(paths[0]).parent) or {}).get("window_ms")
     if window is None:
         if check_hardware:
-            raise TptuneError(f"timing.window_ms is auto, but {Path(path).parent / CALIBRATION_JSON} holds no "
+            raise TptuneError(f"timing.window_ms is auto, but {Path(paths[0]).parent / CALIBRATION_JSON} holds no "
                               "calibrated window: the workflow's "
                               "calibrate_window rule writes it (or give timing.window_ms in ms)")
         return s
     return s.with_window(window)
 
 
+def _what_is(path) -> str:
+    """What a file given in place of a run's config.json is, for the error that refuses it."""
+    path = Path(path)
+    if not path.exists():
+        return ": no such file"
+    if path.is_dir():
+        return f": a folder (a run folder holds config.json: {path / 'config.json'})" \
+            if (path / "config.json").is_file() else ": a folder"
+    if path.suffix in (".yaml", ".yml"):
+        return ": a YAML file is a run config, which `tptune validate`, `model` and `plan` take (layered over " \
+               "config/config.yaml); snakemake --configfile it to make the run"
+    return ""
+
+
+def _run_folder(path: str) -> Path:
+    """A run folder outputs/<run> (holds config.json), or a clear error naming what ``path`` is instead."""
+    run = Path(path)
+    if not run.exists():
+        raise TptuneError(f"{run}: no such folder (expected a run folder, outputs/<run>, holding config.json)")
+    if not run.is_dir():
+        raise TptuneError(f"{run}: not a folder (expected a run folder, outputs/<run>, holding config.json)")
+    if not (run / "config.json").is_file():
+        raise TptuneError(f"{run}: not a run folder: no config.json in it (the workflow writes "
+                          "outputs/<run>/config.json when a run starts)")
+    return run
+
+
 def _run_dir(a) -> Path:
     """Every file of a run lies in the folder of its config.json (or of the output named)."""
     return Path(a.config).parent if getattr(a, "config", None) else Path(a.out).parent
+
+
+def _read_json(path: str | Path, what: str, keys: tuple[str, ...] = ()):
+    """A JSON file the user (or the workflow) gave, or one line saying it is not ``what``."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TptuneError(f"{path}: no such file (expected {what})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TptuneError(f"{path}: not {what}: {exc}") from None
+    missing = [k for k in keys if not (isinstance(obj, dict) and k in obj)]
+    if missing:
+        raise TptuneError(f"{path}: not {what}: no {', '.join(repr(k) for k in missing)} in it")
+    return obj
 
 
 def _write_json(path: str | Path, obj) -> None:
@@ -46,15 +95,19 @@ def _write_json(path: str | Path, obj) -> None:
     tmp.replace(path)
 
 
-def cmd_validate(a) -> int:
-    from .settings import load_config_files, resolve
+def _submit_only() -> bool:
+    return os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"
 
-    cfg = load_config_files(*a.configfile)
-    s = resolve(cfg, source=", ".join(a.configfile))
+
+def cmd_validate(a) -> int:
+    """As the workflow checks at parse time: the run config(s) over config/config.yaml (or a run's
+    config.json), the model, the cross-field rules, and this node (skipped on a submit host)."""
+    s = _settings(a.configfile, check_hardware=not _submit_only(), recorded=False)
     m, w = s.model.model, s.model.workload
     print(f"ok: {m.name} hidden={m.hidden_size} ffn={m.ffn_hidden_size} heads={m.num_attention_heads} "
           f"groups={m.num_query_groups} kv={m.kv_channels} gated={m.gated_mlp} | seq={w.seq_length} "
-          f"mbs={w.micro_batch_size} {w.dtype} | backend={s.backend} device={s.device} tp={s.tp_sizes} run={s.run}")
+          f"mbs={w.micro_batch_size} {w.dtype} | backend={s.backend} device={s.device} tp={s.tp_sizes} run={s.run}"
+          + (" | hardware not checked (TPTUNE_SUBMIT_ONLY=1: its jobs check where they run)" if _submit_only() else ""))
     from .traps import run_traps   # what would switch TP overlap off in training (errors were refused above)
     for t in run_traps(s.config, s.model):
         print(t.line)
@@ -62,7 +115,7 @@ def cmd_validate(a) -> int:
 
 
 def cmd_model(a) -> int:
-    s = _settings(a.config)
+    s = _settings(a.config, recorded=False)
     _write_json(a.out, s.model.to_dict())
     return 0
 
@@ -70,7 +123,7 @@ def cmd_model(a) -> int:
 def cmd_plan(a) -> int:
     from .plan import Hardware, build_plan
 
-    s = _settings(a.config)
+    s = _settings(a.config, recorded=False)
     plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.config.get("hardware")), s.ops)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -84,8 +137,8 @@ def cmd_profile(a) -> int:
     from .cases import parse_case_id
     from .launch import Launcher
 
-    s = _settings(a.config, check_hardware=True)
     case = parse_case_id(a.case)
+    s = _settings(a.config, check_hardware=True, node_tps=[case.tp], recorded=False)
     op_settings = dict(s.op_settings(case.op))
     op_settings["fault"] = s.config.get("faults", {}).get(case.id)
     run = Launcher(s.launcher_settings()).profile(case, s.model, Path(a.out).parent, op_settings)
@@ -117,6 +170,7 @@ def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contender
 def cmd_analyze_case(a) -> int:
     from .analyze import analyze_case
 
+    _read_json(a.run_json, "a case's run.json (tptune profile or a session writes it)", ("case", "status"))
     analyze_case(Path(a.run_json), Path(a.out))
     return 0
 
@@ -124,6 +178,8 @@ def cmd_analyze_case(a) -> int:
 def cmd_analyze_session(a) -> int:
     from .analyze import analyze_session
 
+    _read_json(Path(a.session) / "session.json", "a session's session.json (--session is the folder holding it)",
+               ("runs",))
     analyze_session(Path(a.session), Path(a.out))
     return 0
 
@@ -132,7 +188,7 @@ def cmd_search_step(a) -> int:
     from .workflow import step_record
 
     s = _settings(a.config)
-    prev = json.loads(Path(a.prev).read_text()) if a.prev else None
+    prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
     _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a)))
     return 0
 
@@ -140,8 +196,8 @@ def cmd_search_step(a) -> int:
 def cmd_measure_step(a) -> int:
     from .workflow import session_dir, step_cases, step_margins, step_session_name
 
-    s = _settings(a.config, check_hardware=True)
-    prev = json.loads(Path(a.prev).read_text()) if a.prev else None
+    s = _settings(a.config, check_hardware=True, node_tps=[a.tp])
+    prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
     cases = step_cases(s, a.op, a.tp, a.dim, prev)
     if not cases:
         raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
@@ -154,7 +210,7 @@ def cmd_measure_step(a) -> int:
 def cmd_measure_point(a) -> int:
     from .workflow import point_contenders, point_members, session_dir
 
-    s = _settings(a.config, check_hardware=True)
+    s = _settings(a.config, check_hardware=True, node_tps=[a.tp])
     run_dir = _run_dir(a)
     results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
     members, _ = point_members(s, a.op, a.tp, results)
@@ -175,7 +231,7 @@ def cmd_layer(a) -> int:
     """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
     from .layer import layer_members, layer_record, presets_dir, write_layer
 
-    s = _settings(a.config, check_hardware=a.measure)
+    s = _settings(a.config, check_hardware=a.measure, node_tps=[a.tp])
     run_dir = _run_dir(a)
     points = {op: json.loads((run_dir / "search" / op / f"tp{a.tp}" / "point.json").read_text()) for op in s.ops}
     members, tuned = layer_members(s, a.tp, points, run_dir)
@@ -194,7 +250,8 @@ def cmd_tp_step(a) -> int:
     from .decide import tp_step, with_verdict
 
     s = _settings(a.config)
-    points = {pt["tp"]: with_verdict(_run_dir(a), pt) for pt in (json.loads(Path(p).read_text()) for p in a.points)}
+    points = {pt["tp"]: with_verdict(_run_dir(a), pt)
+              for pt in (_read_json(p, "a TP point's point.json (--points)", ("tp",)) for p in a.points)}
     _write_json(a.out, tp_step(s, a.op, a.tp, points, _run_dir(a)))
     return 0
 
@@ -223,15 +280,16 @@ def cmd_report(a) -> int:
 
 
 def cmd_join_json(a) -> int:
-    _write_json(a.out, [json.loads(Path(p).read_text()) for p in a.inputs])
+    _write_json(a.out, [_read_json(p, "a JSON file") for p in a.inputs])
     return 0
 
 
 def cmd_rederive(a) -> int:
     from .rederive import check_recorded, rederive
 
-    check_recorded(Path(a.run_dir))
-    s = _settings(str(Path(a.run_dir) / "config.json"))
+    run = _run_folder(a.run_dir)
+    check_recorded(run)
+    s = _settings(str(run / "config.json"))
     for note in rederive(s, Path(a.run_dir)):
         print(note)
     print(f"re-derived {a.run_dir}")
@@ -270,7 +328,7 @@ def cmd_calibrate_window(a) -> int:
     if a.run_config and a.config:
         raise TptuneError("give the run's config file(s) or --run-config (a run's config.json), not both")
     if a.run_config:
-        s = _settings(a.run_config, check_hardware=True, calibrated=False)
+        s = _settings(a.run_config, check_hardware=True, calibrated=False, node_tps=[1])
         out = Path(a.out) if a.out else Path(a.run_config).parent / Path(CALIBRATION_JSON).parent
     else:
         s = load_sharded(a.config)[0]
@@ -318,22 +376,26 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tptune", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("validate", help="check a run config and its model before anything runs")
-    p.add_argument("configfile", nargs="+")
+    user_config = ("a run config YAML, layered over config/config.yaml as snakemake --configfile is (repeat "
+                   "to layer several), or a run's outputs/<run>/config.json")
+    p = sub.add_parser("validate", help="check a run config and its model before anything runs, as the "
+                                        "workflow does (TPTUNE_SUBMIT_ONLY=1: without this node's hardware)")
+    p.add_argument("configfile", nargs="+", help="run config YAML(s), layered over config/config.yaml in order, "
+                                                 "or a run's outputs/<run>/config.json")
     p.set_defaults(fn=cmd_validate)
 
-    p = sub.add_parser("model", help="write the resolved model and workload")
-    p.add_argument("--config", required=True)
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("model", help="write the resolved model and workload (JSON)")
+    p.add_argument("--config", required=True, action="append", help=user_config)
+    p.add_argument("--out", required=True, help="the JSON file to write")
     p.set_defaults(fn=cmd_model)
 
     p = sub.add_parser("plan", help="analytic plan: shapes, FLOPs, bytes, estimates")
-    p.add_argument("--config", required=True)
-    p.add_argument("--out", required=True)
+    p.add_argument("--config", required=True, action="append", help=user_config)
+    p.add_argument("--out", required=True, help="the plan's .parquet (a .csv is written beside it)")
     p.set_defaults(fn=cmd_plan)
 
     p = sub.add_parser("profile", help="measure one case (writes run.json even on failure)")
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, action="append", help=user_config)
     p.add_argument("--case", required=True)
     p.add_argument("--out", required=True, help="path of the case's run.json")
     p.set_defaults(fn=cmd_profile)
@@ -413,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rederive", help="re-derive a run's decisions, configs and report from its recorded "
                                         "sessions (no GPU)")
-    p.add_argument("run_dir")
+    p.add_argument("run_dir", help="the run folder, outputs/<run> (holds config.json and sessions/)")
     p.set_defaults(fn=cmd_rederive)
 
     p = sub.add_parser("verify", help="time and check --tp-comm-overlap-cfg files on this node's GPUs, on a "
@@ -456,16 +518,39 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "analyze":
         from .trace.cli import analyze_cli
         return analyze_cli(argv[1:])
     args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+def main(argv=None) -> int:
+    """Every subcommand's entry: an error in what the user gave (TptuneError, a file that cannot be
+    read), a closed pipe (``tptune analyze ... | head``) or Ctrl-C ends with one line, never a traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd = f"tptune {argv[0]}" if argv and not argv[0].startswith("-") else "tptune"
     try:
-        return args.fn(args)
+        return _dispatch(argv)
     except TptuneError as exc:
         print(f"tptune: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (head, less): stop quietly; point stdout at /dev/null so that Python's
+        # flush at exit does not raise again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141     # as a shell reports a process ended by SIGPIPE
+    except KeyboardInterrupt:
+        print(f"{cmd}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        print(f"{cmd}: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
 
 

@@ -106,7 +106,7 @@ def load_sharded(config_files: list[str], shard: int = 1, ops: str | None = None
     from .verify import ROOT
 
     cfg = load_config_files(ROOT / "config" / "config.yaml", *config_files)
-    s = resolve(cfg, source=", ".join(config_files) or "config/config.yaml")
+    s = resolve(cfg, source=", ".join(config_files) or "config/config.yaml", node_tps=[1])   # one GPU
     mc = sharded(s.model, shard) if shard > 1 else s.model
     return s, mc, (ops.split(",") if ops else list(s.ops))
 
