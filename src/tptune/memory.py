@@ -100,6 +100,8 @@ PARALLEL_DEFAULTS: dict[str, Any] = {
     "recompute": "none",          # none | selective | full
     "memory_fraction": 0.9,       # share of the GPU's memory the estimate may fill
     "memory_check": True,
+    "ep": 1,                      # expert-parallel size (Megatron's expert_model_parallel_size)
+    "etp": None,                  # expert tensor-parallel size; None: = TP (Megatron's default)
 }
 # Bytes per parameter (weights, main grads, optimizer), Megatron-core's distributed-optimizer guide.
 STATE_BYTES = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}
@@ -130,6 +132,11 @@ def parallel_problems(parallel: dict | None) -> list[str]:
             out.append(f"field 'parallel.{key}' = {par.get(key)!r}: expected true or false")
     if par.get("recompute", "none") not in RECOMPUTE:
         out.append(f"field 'parallel.recompute' = {par.get('recompute')!r}: expected one of {', '.join(RECOMPUTE)}")
+    if not _pos_int(par.get("ep", 1)):
+        out.append(f"field 'parallel.ep' = {par.get('ep')!r}: expected a positive integer (expert-parallel size)")
+    if par.get("etp") is not None and not _pos_int(par.get("etp")):
+        out.append(f"field 'parallel.etp' = {par.get('etp')!r}: expected a positive integer (expert tensor-parallel "
+                   "size) or null (= TP)")
     frac = par.get("memory_fraction", 0.9)
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
         out.append(f"field 'parallel.memory_fraction' = {frac!r}: expected a number in (0, 1]")
@@ -163,6 +170,33 @@ def config_problems(config: dict, model_config: ModelConfig | None = None) -> li
     layers = model_config.model.num_layers
     if layers and layers % par["pp"]:
         out.append(f"field 'parallel.pp' = {par['pp']}: does not divide the model's num_layers={layers}")
+    return out + expert_layout_problems(model_config.model, par, config.get("gpus_per_node", 8))
+
+
+def expert_layout_problems(m: ModelSpec, par: dict, gpus_per_node: int = 8) -> list[str]:
+    """What is wrong with ``parallel.ep``/``parallel.etp`` for this model, whatever the TP: EP on a
+    dense model, an EP that does not divide the expert count, an EP x ETP group larger than the GPUs
+    of one pipeline stage (Megatron requires dp*tp to be a multiple of ep*etp). The per-TP check
+    (dp*tp divisible by ep*etp) is made for each TP by ``estimate``."""
+    ep, etp = par.get("ep", 1), par.get("etp")
+    out = []
+    if not m.is_moe:
+        if ep != 1:
+            out.append(f"field 'parallel.ep' = {ep}: the model has no experts (expert parallelism needs an MoE model)")
+        if etp not in (None,):
+            out.append(f"field 'parallel.etp' = {etp}: the model has no experts (expert tensor parallelism needs "
+                       "an MoE model)")
+        return out
+    if m.num_moe_experts % ep:
+        out.append(f"field 'parallel.ep' = {ep}: does not divide the model's {m.num_moe_experts} routed experts "
+                   "(num_moe_experts)")
+    dp = par.get("dp", "auto")
+    # GPUs of one pipeline stage, dp*tp: a one-node job ('auto') has gpus_per_node // pp of them
+    stage_gpus = gpus_per_node // par.get("pp", 1) if dp == "auto" else dp * gpus_per_node
+    if ep * (etp or 1) > stage_gpus:
+        out.append(f"field 'parallel.ep' = {ep}: ep x etp = {ep * (etp or 1)} GPUs exceeds the {stage_gpus} GPUs of "
+                   f"one pipeline stage (dp x tp{', one node' if dp == 'auto' else ''}); Megatron requires dp*tp to "
+                   "be a multiple of ep*etp")
     return out
 
 
@@ -213,16 +247,91 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return -(-vocab // step) * step
 
 
-def layer_params(m: ModelSpec, tp: int) -> dict[str, int]:
-    """Parameters of one transformer layer on one GPU at TP ``tp``."""
+def attention_params(m: ModelSpec, tp: int) -> dict[str, int]:
+    """Attention weights of one layer on one GPU at TP ``tp``. Multi-head/GQA: QKV h*(q+2kv)/t, proj
+    q*h/t. MLA (Megatron-core's MLASelfAttention): the down projections linear_q_down_proj h*rq and
+    linear_kv_down_proj h*(rkv+dr) are not split over TP (duplicated), nor their norms rq + rkv; the up
+    projections linear_q_up_proj rq*heads*(dn+dr) (or one linear_q_proj h*heads*(dn+dr) without a q
+    LoRA rank) and linear_kv_up_proj rkv*heads*(dn+dv) and linear_proj heads*dv*h are split."""
+    h, a = m.hidden_size, m.num_attention_heads
+    if not m.is_mla:
+        return {"qkv": h * m.qkv_out // tp, "proj": m.q_size * h // tp}
+    dqk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    out = {}
+    if m.q_lora_rank:
+        out["q_down"] = h * m.q_lora_rank
+        out["q_up"] = m.q_lora_rank * a * dqk // tp
+    else:
+        out["q_proj"] = h * a * dqk // tp
+    out["kv_down"] = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+    out["kv_up"] = m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) // tp
+    out["latent_norms"] = (m.q_lora_rank or 0) + m.kv_lora_rank
+    out["proj"] = a * m.v_head_dim * h // tp
+    return out
+
+
+def mlp_params(m: ModelSpec, width: int, tp: int) -> int:
+    """One MLP of ``width``: fc1 h*width*g (g = 2 gated) and fc2 width*h, split over ``tp``."""
+    return m.hidden_size * width * ((2 if m.gated_mlp else 1) + 1) // tp
+
+
+def layer_params(m: ModelSpec, tp: int, kind: str = "dense", ep: int = 1, etp: int | None = None) -> dict[str, int]:
+    """Parameters of one transformer layer on one GPU at TP ``tp``. ``kind`` "dense": attention, the
+    dense MLP (fc1, fc2), two norms. "moe": attention, the router [experts x h] (replicated over TP, as
+    Megatron's TopKRouter keeps it), the shared experts (fc1/fc2 of the shared width, split over TP like
+    a dense MLP) and ``routed_experts``: experts x MLP of the routed width, split over EP x ETP (``etp``
+    None: = TP)."""
     g = 2 if m.gated_mlp else 1
-    return {
-        "qkv": m.hidden_size * m.qkv_out // tp,
-        "proj": m.q_size * m.hidden_size // tp,
-        "fc1": m.hidden_size * m.ffn_hidden_size * g // tp,
-        "fc2": m.ffn_hidden_size * m.hidden_size // tp,
-        "norms": 2 * m.hidden_size,             # RMSNorm weights, replicated over TP
-    }
+    out = attention_params(m, tp)
+    if kind == "dense":
+        out["fc1"] = m.hidden_size * m.ffn_hidden_size * g // tp
+        out["fc2"] = m.ffn_hidden_size * m.hidden_size // tp
+    elif kind == "moe":
+        out["router"] = m.num_moe_experts * m.hidden_size
+        if m.moe_shared_expert_intermediate_size:
+            out["shared_experts"] = mlp_params(m, m.moe_shared_expert_intermediate_size, tp)
+        out["routed_experts"] = (m.num_moe_experts // ep) * mlp_params(m, m.moe_ffn_hidden_size, etp or tp)
+    else:
+        raise ValueError(f"kind={kind!r}: expected dense or moe")
+    out["norms"] = 2 * m.hidden_size               # RMSNorm weights, replicated over TP
+    return out
+
+
+def mtp_params(m: ModelSpec, tp: int, ep: int = 1, etp: int | None = None) -> dict[str, int]:
+    """One multi-token-prediction block (Megatron-core's MultiTokenPredictionLayer, DeepSeek-V3's nextn
+    layer): enorm + hnorm + its final norm (3h), eh_proj [2h -> h] (column-parallel), and one transformer
+    layer of the model's last-layer kind (MoE for DeepSeek-V3). It shares the embedding and the output
+    layer with the main model (a Hugging Face checkpoint stores its own copies of both)."""
+    kind = "moe" if m.is_moe and m.moe_pattern() and m.moe_pattern()[-1] else "dense"
+    layer = layer_params(m, tp, kind, ep, etp)
+    return {"eh_proj": 2 * m.hidden_size * m.hidden_size // tp, "mtp_norms": 3 * m.hidden_size,
+            **{f"layer_{k}": v for k, v in layer.items()}}
+
+
+def model_params(m: ModelSpec) -> dict[str, Any]:
+    """The whole model's parameter count by part (unsharded, unpadded vocabulary), ``total`` and
+    ``active`` (the parameters one token goes through: the top-k of the routed experts, everything
+    else whole, both embedding matrices counted), ``active_without_embedding`` (the input embedding,
+    a lookup, left out: OpenAI's convention for GPT-OSS), and ``mtp`` (the MTP blocks, not in total)."""
+    pat = m.moe_pattern() or []
+    h, v = m.hidden_size, m.vocab_size
+    parts = {"embedding": v * h, "output_layer": v * h if m.untie_embeddings_and_output_weights else 0,
+             "final_norm": h, "attention": 0, "norms": 0, "dense_mlp": 0, "router": 0, "shared_experts": 0,
+             "routed_experts": 0}
+    for is_moe in pat:
+        lp = layer_params(m, 1, "moe" if is_moe else "dense")
+        parts["attention"] += sum(lp[k] for k in attention_params(m, 1))
+        parts["norms"] += lp["norms"]
+        parts["dense_mlp"] += lp.get("fc1", 0) + lp.get("fc2", 0)
+        for k in ("router", "shared_experts", "routed_experts"):
+            parts[k] += lp.get(k, 0)
+    total = sum(parts.values())
+    active = total - parts["routed_experts"]
+    if m.is_moe:
+        active += parts["routed_experts"] * m.moe_router_topk // m.num_moe_experts
+    mtp = (m.mtp_num_layers or 0) * sum(mtp_params(m, 1).values())
+    return {**parts, "total": total, "active": active, "active_without_embedding": active - parts["embedding"],
+            "mtp": mtp}
 
 
 def layer_activations(m: ModelSpec, seq_length: int, micro_batch_size: int, tp: int, dtype_bytes: int = 2, *,
