@@ -336,10 +336,12 @@ def model_params(m: ModelSpec) -> dict[str, Any]:
 
 def layer_activations(m: ModelSpec, seq_length: int, micro_batch_size: int, tp: int, dtype_bytes: int = 2, *,
                       recompute: str = "none", sequence_parallel: bool = True, flash: bool = True,
-                      dropout: bool = False) -> dict[str, int]:
+                      dropout: bool = False, kind: str = "dense", etp: int | None = None) -> dict[str, int]:
     """Bytes one transformer layer keeps for its backward pass, per micro-batch, on one GPU (terms
     in the module doc, ``total`` their sum). ``sequence_parallel=False`` keeps the norm-side terms
-    whole on every TP rank (Korthikanti's 10 + 24/t); ``flash=False`` stores the attention scores."""
+    whole on every TP rank (Korthikanti's 10 + 24/t); ``flash=False`` stores the attention scores.
+    ``kind="moe"``: the MLP terms are the MoE layer's (module doc, drop-less routing), ``etp`` the
+    expert tensor-parallel size (None: = TP)."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
     p, h, a = dtype_bytes, m.hidden_size, m.num_attention_heads
@@ -356,9 +358,21 @@ def layer_activations(m: ModelSpec, seq_length: int, micro_batch_size: int, tp: 
         "qkv": per(p * m.qkv_out, tp),
         "attention_output": per(p * m.q_size, tp),
         "fc1_input": per(p * h, sp),
-        "fc1_output": per(p * g * m.ffn_hidden_size, tp),
-        "fc2_input": per(p * m.ffn_hidden_size, tp),
     }
+    if kind == "dense":
+        terms["fc1_output"] = per(p * g * m.ffn_hidden_size, tp)
+        terms["fc2_input"] = per(p * m.ffn_hidden_size, tp)
+    else:   # drop-less routing: every token goes through k routed experts
+        k, fe, e = m.moe_router_topk, m.moe_ffn_hidden_size, etp or tp
+        terms["router_probs"] = per(8 * m.num_moe_experts, sp)
+        terms["expert_input"] = per(p * h * k * e, tp)
+        terms["expert_fc1_output"] = per(p * g * fe * k, tp)
+        terms["expert_fc2_input"] = per(p * fe * k, tp)
+        terms["expert_output"] = per(p * h * k * e, tp)
+        if m.moe_shared_expert_intermediate_size:
+            fs = m.moe_shared_expert_intermediate_size
+            terms["shared_fc1_output"] = per(p * g * fs, tp)
+            terms["shared_fc2_input"] = per(p * fs, tp)
     if dropout:
         terms["dropout_masks"] = per(2 * h, sp)
     if recompute == "none":
@@ -393,30 +407,55 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
     problems = model_config.tp_problems(tp)
     if m.num_layers % pp:
         problems.append(f"PP={pp} does not divide num_layers={m.num_layers}")
+    ep, etp = par["ep"], par["etp"] or tp
+    edp = max(1, dp * tp // (ep * etp))      # expert data-parallel size: the expert optimizer's shards
+    if m.is_moe and (dp * tp) % (ep * etp):
+        problems.append(f"parallel.ep={ep} x expert TP={etp} ({ep * etp} GPUs) does not divide dp x tp = "
+                        f"{dp} x {tp} (Megatron's expert data-parallel size dp*tp/(ep*etp) must be whole)")
+    if m.is_moe and m.num_moe_experts % ep:
+        problems.append(f"parallel.ep={ep} does not divide the {m.num_moe_experts} routed experts")
+    eopt_b = o_b / edp if par["distributed_optimizer"] else o_b
     layers_per_stage = -(-m.num_layers // pp)
-    per_layer = sum(layer_params(m, tp).values())
+    pattern = m.moe_pattern() if m.is_moe else [False] * m.num_layers
+    kinds = {"dense": False, "moe": True}
+    lp = {kd: layer_params(m, tp, kd, ep, etp) for kd in kinds if kd == "dense" or m.is_moe}
     embedding = padded_vocab(m.vocab_size, tp) * m.hidden_size // tp
     untied = bool(m.untie_embeddings_and_output_weights)
-    act = layer_activations(m, w.seq_length, w.micro_batch_size, tp, w.dtype_bytes, recompute=par["recompute"])
-    full_set = (layer_activations(m, w.seq_length, w.micro_batch_size, tp, w.dtype_bytes)["total"]
-                if par["recompute"] == "full" else 0)
+    act_kw = dict(seq_length=w.seq_length, micro_batch_size=w.micro_batch_size, tp=tp, dtype_bytes=w.dtype_bytes,
+                  etp=etp)
+    act = {kd: layer_activations(m, recompute=par["recompute"], kind=kd, **act_kw) for kd in lp}
+    whole = {kd: layer_activations(m, kind=kd, **act_kw)["total"] for kd in lp}
     out_act = -(-(2 * w.dtype_bytes * m.hidden_size + 4 * padded_vocab(m.vocab_size, tp)) * w.tokens // tp)
+    mtp_n = m.mtp_num_layers or 0
+    mtp = mtp_params(m, tp, ep, etp) if mtp_n else {}
+    mtp_kind = "moe" if mtp.get("layer_routed_experts") is not None else "dense"
 
     stages = []
     for k in range(pp):
         first, last = k == 0, k == pp - 1
-        params = layers_per_stage * per_layer
+        mine = pattern[k * layers_per_stage:(k + 1) * layers_per_stage]
+        n = {"moe": sum(mine), "dense": len(mine) - sum(mine)}
+        expert = n["moe"] * lp.get("moe", {}).get("routed_experts", 0)
+        params = sum(n[kd] * sum(lp[kd].values()) for kd in lp)
         params += embedding if first else 0
         params += (m.hidden_size + (embedding if (untied or pp > 1) else 0)) if last else 0
+        if last and mtp_n:                      # MTP blocks sit on the last stage (Megatron)
+            params += mtp_n * sum(mtp.values())
+            expert += mtp_n * mtp.get("layer_routed_experts", 0)
         in_flight = pp - k                      # 1F1B: stage k holds pp-k micro-batches
+        layer_act = sum(n[kd] * act[kd]["total"] for kd in lp)
+        mtp_act = mtp_n * (act[mtp_kind]["total"] + out_act) if last else 0
+        full_set = max((whole[kd] for kd in lp if n[kd]), default=0) if par["recompute"] == "full" else 0
         terms = {
             "weights": params * w_b,
             "main_grads": params * g_b,
-            "optimizer": math.ceil(params * opt_b),
-            "activations": in_flight * layers_per_stage * act["total"] + full_set,
+            "optimizer": math.ceil((params - expert) * opt_b + expert * eopt_b),
+            "activations": in_flight * (layer_act + mtp_act) + full_set,
             "output_activations": out_act if last else 0,
         }
-        stages.append({"stage": k, "params": params, **terms, "total": sum(terms.values())})
+        stages.append({"stage": k, "params": params, "expert_params": expert,
+                       "expert_state": math.ceil(expert * (w_b + g_b + eopt_b)),
+                       "moe_layers": n["moe"], **terms, "total": sum(terms.values())})
     worst = max(stages, key=lambda s: s["total"])
 
     usable = int(gpu_memory_bytes * par["memory_fraction"]) if gpu_memory_bytes else None
@@ -426,10 +465,12 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
         "recompute": par["recompute"],
         "stage": "only" if pp == 1 else ("first" if worst["stage"] == 0 else
                                          "last" if worst["stage"] == pp - 1 else f"stage {worst['stage']}"),
-        "params": worst["params"],
+        "params": worst["params"], "expert_params": worst["expert_params"], "expert_state": worst["expert_state"],
+        "ep": ep if m.is_moe else None, "etp": etp if m.is_moe else None, "edp": edp if m.is_moe else None,
         **{k: worst[k] for k in ("weights", "main_grads", "optimizer", "activations", "output_activations", "total")},
         "bytes_per_param": w_b + g_b + opt_b,
-        "layer_activations": act["total"],
+        "layer_activations": act["dense"]["total"],
+        "moe_layer_activations": act["moe"]["total"] if "moe" in act else None,
         "stages": [{"stage": s["stage"], "total": s["total"]} for s in stages] if pp > 1 else [],
         "gpu_memory": gpu_memory_bytes, "usable": usable, "memory_fraction": par["memory_fraction"],
         "fits": fits, "problems": problems,
@@ -450,7 +491,9 @@ def _why(r: dict) -> str:
     state = r["weights"] + r["main_grads"] + r["optimizer"]
     parts = (f"weights+grads+optimizer {_gib(state)} ({r['bytes_per_param']:.2f} B/param x "
              f"{r['params'] / 1e9:.2f}B params, dp={r['dp']}"
-             f"{', distributed optimizer' if r['distributed_optimizer'] else ''}), "
+             f"{', distributed optimizer' if r['distributed_optimizer'] else ''})"
+             + (f" of which routed experts {_gib(r['expert_state'])} ({r['expert_params'] / 1e9:.2f}B params, "
+                f"ep={r['ep']} x etp={r['etp']}, expert dp={r['edp']})" if r.get("expert_params") else "") + ", "
              f"activations {_gib(r['activations'] + r['output_activations'])} (recompute {r['recompute']})")
     if r["usable"] is None:
         return f"{where}: needs {_gib(r['total'])}: {parts}; GPU memory unknown"
@@ -597,6 +640,16 @@ def markdown_table(floor: dict) -> str:
         lines += ["", f"GiB per GPU (most loaded pipeline stage); recompute {par['recompute']}, distributed "
                       f"optimizer {'on' if par['distributed_optimizer'] else 'off'}, usable = "
                       f"{par['memory_fraction']:.0%} of the GPU's memory; see tptune.memory for each term."]
+        moe = [r for r in floor["table"] if r.get("ep") is not None]
+        if moe:
+            lines.append("MoE layout assumed: routed-expert weights, grads and optimizer state split over parallel.ep x "
+                         "expert TP (etp " + (f"= {par.get('etp')}" if par.get("etp") else "= TP, Megatron's default")
+                         + f"; ep = {par.get('ep', 1)}), the distributed optimizer over the expert data-parallel group "
+                         "dp*tp/(ep*etp); attention, dense MLP, shared experts and router over TP as dense layers; "
+                         "activations for drop-less routing (every token through its top-k experts). Routed experts "
+                         "per GPU (params, weights+grads+optimizer): "
+                         + ", ".join(f"TP={r['tp']}: {r['expert_params'] / 1e9:.2f}B, {r['expert_state'] / GIB:.1f} GiB"
+                                     for r in moe) + ".")
         if any(r["tied_embeddings_assumed"] for r in floor["table"]):
             lines.append("The model file does not say whether the output layer shares the embedding's weights: "
                          "assumed tied (Megatron's and transformers' default).")
