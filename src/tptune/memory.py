@@ -71,8 +71,15 @@ its inputs and the fp32 logits of the cross-entropy loss: (2P*h + 4*V)/t per tok
 the rest is headroom for what is not modelled: the CUDA context, NCCL and userbuffers buffers,
 allocator fragmentation, the transient working set of the layer being computed.
 
+**MoE models** (docs/models.md, "Memory"): each layer is counted by its kind. A dense layer has the
+dense MLP. An MoE layer has the router (replicated), the shared experts (over TP) and the routed
+experts, which are split over ``parallel.ep`` x ``parallel.etp`` (expert TP, default = TP as in
+Megatron). The distributed optimizer shards the routed experts over dp*tp/(ep*etp). MTP blocks sit
+on the last stage. MoE-layer activations assume drop-less top-k routing (``layer_activations``,
+kind "moe").
+
 Settings (run config; every key optional, defaults in ``PARALLEL_DEFAULTS``):
-``parallel: {dp, pp, distributed_optimizer, recompute, memory_fraction, memory_check}``:
+``parallel: {dp, pp, distributed_optimizer, recompute, memory_fraction, memory_check, ep, etp}``:
 ``dp: auto`` is the node's GPUs left over by TP x PP (gpus_per_node // (tp*pp), at least 1), i.e. a
 one-node job; a multi-node job shards the optimizer wider: set ``dp``. ``hardware.gpu_memory_gb``
 (GiB, as torch reports it: 139.8 for an H200 "141 GB", 79.1 for an H100 80GB) overrides the device's
