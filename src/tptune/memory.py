@@ -71,8 +71,15 @@ its inputs and the fp32 logits of the cross-entropy loss: (2P*h + 4*V)/t per tok
 the rest is headroom for what is not modelled: the CUDA context, NCCL and userbuffers buffers,
 allocator fragmentation, the transient working set of the layer being computed.
 
+**MoE models** (docs/models.md, "Memory"): each layer is counted by its kind. A dense layer has the
+dense MLP. An MoE layer has the router (replicated), the shared experts (over TP) and the routed
+experts, which are split over ``parallel.ep`` x ``parallel.etp`` (expert TP, default = TP as in
+Megatron). The distributed optimizer shards the routed experts over dp*tp/(ep*etp). MTP blocks sit
+on the last stage. MoE-layer activations assume drop-less top-k routing (``layer_activations``,
+kind "moe").
+
 Settings (run config; every key optional, defaults in ``PARALLEL_DEFAULTS``):
-``parallel: {dp, pp, distributed_optimizer, recompute, memory_fraction, memory_check}``:
+``parallel: {dp, pp, distributed_optimizer, recompute, memory_fraction, memory_check, ep, etp}``:
 ``dp: auto`` is the node's GPUs left over by TP x PP (gpus_per_node // (tp*pp), at least 1), i.e. a
 one-node job; a multi-node job shards the optimizer wider: set ``dp``. ``hardware.gpu_memory_gb``
 (GiB, as torch reports it: 139.8 for an H200 "141 GB", 79.1 for an H100 80GB) overrides the device's
@@ -100,6 +107,8 @@ PARALLEL_DEFAULTS: dict[str, Any] = {
     "recompute": "none",          # none | selective | full
     "memory_fraction": 0.9,       # share of the GPU's memory the estimate may fill
     "memory_check": True,
+    "ep": 1,                      # expert-parallel size (Megatron's expert_model_parallel_size)
+    "etp": None,                  # expert tensor-parallel size; None: = TP (Megatron's default)
 }
 # Bytes per parameter (weights, main grads, optimizer), Megatron-core's distributed-optimizer guide.
 STATE_BYTES = {"bf16": (2, 4, 12), "fp16": (2, 2, 16), "fp32": (4, 4, 8)}
@@ -130,6 +139,11 @@ def parallel_problems(parallel: dict | None) -> list[str]:
             out.append(f"field 'parallel.{key}' = {par.get(key)!r}: expected true or false")
     if par.get("recompute", "none") not in RECOMPUTE:
         out.append(f"field 'parallel.recompute' = {par.get('recompute')!r}: expected one of {', '.join(RECOMPUTE)}")
+    if not _pos_int(par.get("ep", 1)):
+        out.append(f"field 'parallel.ep' = {par.get('ep')!r}: expected a positive integer (expert-parallel size)")
+    if par.get("etp") is not None and not _pos_int(par.get("etp")):
+        out.append(f"field 'parallel.etp' = {par.get('etp')!r}: expected a positive integer (expert tensor-parallel "
+                   "size) or null (= TP)")
     frac = par.get("memory_fraction", 0.9)
     if isinstance(frac, bool) or not isinstance(frac, (int, float)) or not 0 < frac <= 1:
         out.append(f"field 'parallel.memory_fraction' = {frac!r}: expected a number in (0, 1]")
@@ -163,6 +177,33 @@ def config_problems(config: dict, model_config: ModelConfig | None = None) -> li
     layers = model_config.model.num_layers
     if layers and layers % par["pp"]:
         out.append(f"field 'parallel.pp' = {par['pp']}: does not divide the model's num_layers={layers}")
+    return out + expert_layout_problems(model_config.model, par, config.get("gpus_per_node", 8))
+
+
+def expert_layout_problems(m: ModelSpec, par: dict, gpus_per_node: int = 8) -> list[str]:
+    """What is wrong with ``parallel.ep``/``parallel.etp`` for this model, whatever the TP: EP on a
+    dense model, an EP that does not divide the expert count, an EP x ETP group larger than the GPUs
+    of one pipeline stage (Megatron requires dp*tp to be a multiple of ep*etp). The per-TP check
+    (dp*tp divisible by ep*etp) is made for each TP by ``estimate``."""
+    ep, etp = par.get("ep", 1), par.get("etp")
+    out = []
+    if not m.is_moe:
+        if ep != 1:
+            out.append(f"field 'parallel.ep' = {ep}: the model has no experts (expert parallelism needs an MoE model)")
+        if etp not in (None,):
+            out.append(f"field 'parallel.etp' = {etp}: the model has no experts (expert tensor parallelism needs "
+                       "an MoE model)")
+        return out
+    if m.num_moe_experts % ep:
+        out.append(f"field 'parallel.ep' = {ep}: does not divide the model's {m.num_moe_experts} routed experts "
+                   "(num_moe_experts)")
+    dp = par.get("dp", "auto")
+    # GPUs of one pipeline stage, dp*tp: a one-node job ('auto') has gpus_per_node // pp of them
+    stage_gpus = gpus_per_node // par.get("pp", 1) if dp == "auto" else dp * gpus_per_node
+    if ep * (etp or 1) > stage_gpus:
+        out.append(f"field 'parallel.ep' = {ep}: ep x etp = {ep * (etp or 1)} GPUs exceeds the {stage_gpus} GPUs of "
+                   f"one pipeline stage (dp x tp{', one node' if dp == 'auto' else ''}); Megatron requires dp*tp to "
+                   "be a multiple of ep*etp")
     return out
 
 
@@ -213,24 +254,101 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return -(-vocab // step) * step
 
 
-def layer_params(m: ModelSpec, tp: int) -> dict[str, int]:
-    """Parameters of one transformer layer on one GPU at TP ``tp``."""
+def attention_params(m: ModelSpec, tp: int) -> dict[str, int]:
+    """Attention weights of one layer on one GPU at TP ``tp``. Multi-head/GQA: QKV h*(q+2kv)/t, proj
+    q*h/t. MLA (Megatron-core's MLASelfAttention): the down projections linear_q_down_proj h*rq and
+    linear_kv_down_proj h*(rkv+dr) are not split over TP (duplicated), nor their norms rq + rkv; the up
+    projections linear_q_up_proj rq*heads*(dn+dr) (or one linear_q_proj h*heads*(dn+dr) without a q
+    LoRA rank) and linear_kv_up_proj rkv*heads*(dn+dv) and linear_proj heads*dv*h are split."""
+    h, a = m.hidden_size, m.num_attention_heads
+    if not m.is_mla:
+        return {"qkv": h * m.qkv_out // tp, "proj": m.q_size * h // tp}
+    dqk = m.qk_head_dim + m.qk_pos_emb_head_dim
+    out = {}
+    if m.q_lora_rank:
+        out["q_down"] = h * m.q_lora_rank
+        out["q_up"] = m.q_lora_rank * a * dqk // tp
+    else:
+        out["q_proj"] = h * a * dqk // tp
+    out["kv_down"] = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+    out["kv_up"] = m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) // tp
+    out["latent_norms"] = (m.q_lora_rank or 0) + m.kv_lora_rank
+    out["proj"] = a * m.v_head_dim * h // tp
+    return out
+
+
+def mlp_params(m: ModelSpec, width: int, tp: int) -> int:
+    """One MLP of ``width``: fc1 h*width*g (g = 2 gated) and fc2 width*h, split over ``tp``."""
+    return m.hidden_size * width * ((2 if m.gated_mlp else 1) + 1) // tp
+
+
+def layer_params(m: ModelSpec, tp: int, kind: str = "dense", ep: int = 1, etp: int | None = None) -> dict[str, int]:
+    """Parameters of one transformer layer on one GPU at TP ``tp``. ``kind`` "dense": attention, the
+    dense MLP (fc1, fc2), two norms. "moe": attention, the router [experts x h] (replicated over TP, as
+    Megatron's TopKRouter keeps it), the shared experts (fc1/fc2 of the shared width, split over TP like
+    a dense MLP) and ``routed_experts``: experts x MLP of the routed width, split over EP x ETP (``etp``
+    None: = TP)."""
     g = 2 if m.gated_mlp else 1
-    return {
-        "qkv": m.hidden_size * m.qkv_out // tp,
-        "proj": m.q_size * m.hidden_size // tp,
-        "fc1": m.hidden_size * m.ffn_hidden_size * g // tp,
-        "fc2": m.ffn_hidden_size * m.hidden_size // tp,
-        "norms": 2 * m.hidden_size,             # RMSNorm weights, replicated over TP
-    }
+    out = attention_params(m, tp)
+    if kind == "dense":
+        out["fc1"] = m.hidden_size * m.ffn_hidden_size * g // tp
+        out["fc2"] = m.ffn_hidden_size * m.hidden_size // tp
+    elif kind == "moe":
+        out["router"] = m.num_moe_experts * m.hidden_size
+        if m.moe_shared_expert_intermediate_size:
+            out["shared_experts"] = mlp_params(m, m.moe_shared_expert_intermediate_size, tp)
+        out["routed_experts"] = (m.num_moe_experts // ep) * mlp_params(m, m.moe_ffn_hidden_size, etp or tp)
+    else:
+        raise ValueError(f"kind={kind!r}: expected dense or moe")
+    out["norms"] = 2 * m.hidden_size               # RMSNorm weights, replicated over TP
+    return out
+
+
+def mtp_params(m: ModelSpec, tp: int, ep: int = 1, etp: int | None = None) -> dict[str, int]:
+    """One multi-token-prediction block (Megatron-core's MultiTokenPredictionLayer, DeepSeek-V3's nextn
+    layer): enorm + hnorm + its final norm (3h), eh_proj [2h -> h] (column-parallel), and one transformer
+    layer of the model's last-layer kind (MoE for DeepSeek-V3). It shares the embedding and the output
+    layer with the main model (a Hugging Face checkpoint stores its own copies of both)."""
+    kind = "moe" if m.is_moe and m.moe_pattern() and m.moe_pattern()[-1] else "dense"
+    layer = layer_params(m, tp, kind, ep, etp)
+    return {"eh_proj": 2 * m.hidden_size * m.hidden_size // tp, "mtp_norms": 3 * m.hidden_size,
+            **{f"layer_{k}": v for k, v in layer.items()}}
+
+
+def model_params(m: ModelSpec) -> dict[str, Any]:
+    """The whole model's parameter count by part (unsharded, unpadded vocabulary), ``total`` and
+    ``active`` (the parameters one token goes through: the top-k of the routed experts, everything
+    else whole, both embedding matrices counted), ``active_without_embedding`` (the input embedding,
+    a lookup, left out: OpenAI's convention for GPT-OSS), and ``mtp`` (the MTP blocks, not in total)."""
+    pat = m.moe_pattern() or []
+    h, v = m.hidden_size, m.vocab_size
+    parts = {"embedding": v * h, "output_layer": v * h if m.untie_embeddings_and_output_weights else 0,
+             "final_norm": h, "attention": 0, "norms": 0, "dense_mlp": 0, "router": 0, "shared_experts": 0,
+             "routed_experts": 0}
+    for is_moe in pat:
+        lp = layer_params(m, 1, "moe" if is_moe else "dense")
+        parts["attention"] += sum(lp[k] for k in attention_params(m, 1))
+        parts["norms"] += lp["norms"]
+        parts["dense_mlp"] += lp.get("fc1", 0) + lp.get("fc2", 0)
+        for k in ("router", "shared_experts", "routed_experts"):
+            parts[k] += lp.get(k, 0)
+    total = sum(parts.values())
+    active = total - parts["routed_experts"]
+    if m.is_moe:
+        active += parts["routed_experts"] * m.moe_router_topk // m.num_moe_experts
+    mtp = (m.mtp_num_layers or 0) * sum(mtp_params(m, 1).values())
+    return {**parts, "total": total, "active": active, "active_without_embedding": active - parts["embedding"],
+            "mtp": mtp}
 
 
 def layer_activations(m: ModelSpec, seq_length: int, micro_batch_size: int, tp: int, dtype_bytes: int = 2, *,
                       recompute: str = "none", sequence_parallel: bool = True, flash: bool = True,
-                      dropout: bool = False) -> dict[str, int]:
+                      dropout: bool = False, kind: str = "dense", etp: int | None = None) -> dict[str, int]:
     """Bytes one transformer layer keeps for its backward pass, per micro-batch, on one GPU (terms
     in the module doc, ``total`` their sum). ``sequence_parallel=False`` keeps the norm-side terms
-    whole on every TP rank (Korthikanti's 10 + 24/t); ``flash=False`` stores the attention scores."""
+    whole on every TP rank (Korthikanti's 10 + 24/t); ``flash=False`` stores the attention scores.
+    ``kind="moe"``: the MLP terms are the MoE layer's (module doc, drop-less routing), ``etp`` the
+    expert tensor-parallel size (None: = TP)."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute={recompute!r}: expected one of {', '.join(RECOMPUTE)}")
     p, h, a = dtype_bytes, m.hidden_size, m.num_attention_heads
@@ -247,9 +365,21 @@ def layer_activations(m: ModelSpec, seq_length: int, micro_batch_size: int, tp: 
         "qkv": per(p * m.qkv_out, tp),
         "attention_output": per(p * m.q_size, tp),
         "fc1_input": per(p * h, sp),
-        "fc1_output": per(p * g * m.ffn_hidden_size, tp),
-        "fc2_input": per(p * m.ffn_hidden_size, tp),
     }
+    if kind == "dense":
+        terms["fc1_output"] = per(p * g * m.ffn_hidden_size, tp)
+        terms["fc2_input"] = per(p * m.ffn_hidden_size, tp)
+    else:   # drop-less routing: every token goes through k routed experts
+        k, fe, e = m.moe_router_topk, m.moe_ffn_hidden_size, etp or tp
+        terms["router_probs"] = per(8 * m.num_moe_experts, sp)
+        terms["expert_input"] = per(p * h * k * e, tp)
+        terms["expert_fc1_output"] = per(p * g * fe * k, tp)
+        terms["expert_fc2_input"] = per(p * fe * k, tp)
+        terms["expert_output"] = per(p * h * k * e, tp)
+        if m.moe_shared_expert_intermediate_size:
+            fs = m.moe_shared_expert_intermediate_size
+            terms["shared_fc1_output"] = per(p * g * fs, tp)
+            terms["shared_fc2_input"] = per(p * fs, tp)
     if dropout:
         terms["dropout_masks"] = per(2 * h, sp)
     if recompute == "none":
@@ -284,30 +414,55 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
     problems = model_config.tp_problems(tp)
     if m.num_layers % pp:
         problems.append(f"PP={pp} does not divide num_layers={m.num_layers}")
+    ep, etp = par["ep"], par["etp"] or tp
+    edp = max(1, dp * tp // (ep * etp))      # expert data-parallel size: the expert optimizer's shards
+    if m.is_moe and (dp * tp) % (ep * etp):
+        problems.append(f"parallel.ep={ep} x expert TP={etp} ({ep * etp} GPUs) does not divide dp x tp = "
+                        f"{dp} x {tp} (Megatron's expert data-parallel size dp*tp/(ep*etp) must be whole)")
+    if m.is_moe and m.num_moe_experts % ep:
+        problems.append(f"parallel.ep={ep} does not divide the {m.num_moe_experts} routed experts")
+    eopt_b = o_b / edp if par["distributed_optimizer"] else o_b
     layers_per_stage = -(-m.num_layers // pp)
-    per_layer = sum(layer_params(m, tp).values())
+    pattern = m.moe_pattern() if m.is_moe else [False] * m.num_layers
+    kinds = {"dense": False, "moe": True}
+    lp = {kd: layer_params(m, tp, kd, ep, etp) for kd in kinds if kd == "dense" or m.is_moe}
     embedding = padded_vocab(m.vocab_size, tp) * m.hidden_size // tp
     untied = bool(m.untie_embeddings_and_output_weights)
-    act = layer_activations(m, w.seq_length, w.micro_batch_size, tp, w.dtype_bytes, recompute=par["recompute"])
-    full_set = (layer_activations(m, w.seq_length, w.micro_batch_size, tp, w.dtype_bytes)["total"]
-                if par["recompute"] == "full" else 0)
+    act_kw = dict(seq_length=w.seq_length, micro_batch_size=w.micro_batch_size, tp=tp, dtype_bytes=w.dtype_bytes,
+                  etp=etp)
+    act = {kd: layer_activations(m, recompute=par["recompute"], kind=kd, **act_kw) for kd in lp}
+    whole = {kd: layer_activations(m, kind=kd, **act_kw)["total"] for kd in lp}
     out_act = -(-(2 * w.dtype_bytes * m.hidden_size + 4 * padded_vocab(m.vocab_size, tp)) * w.tokens // tp)
+    mtp_n = m.mtp_num_layers or 0
+    mtp = mtp_params(m, tp, ep, etp) if mtp_n else {}
+    mtp_kind = "moe" if mtp.get("layer_routed_experts") is not None else "dense"
 
     stages = []
     for k in range(pp):
         first, last = k == 0, k == pp - 1
-        params = layers_per_stage * per_layer
+        mine = pattern[k * layers_per_stage:(k + 1) * layers_per_stage]
+        n = {"moe": sum(mine), "dense": len(mine) - sum(mine)}
+        expert = n["moe"] * lp.get("moe", {}).get("routed_experts", 0)
+        params = sum(n[kd] * sum(lp[kd].values()) for kd in lp)
         params += embedding if first else 0
         params += (m.hidden_size + (embedding if (untied or pp > 1) else 0)) if last else 0
+        if last and mtp_n:                      # MTP blocks sit on the last stage (Megatron)
+            params += mtp_n * sum(mtp.values())
+            expert += mtp_n * mtp.get("layer_routed_experts", 0)
         in_flight = pp - k                      # 1F1B: stage k holds pp-k micro-batches
+        layer_act = sum(n[kd] * act[kd]["total"] for kd in lp)
+        mtp_act = mtp_n * (act[mtp_kind]["total"] + out_act) if last else 0
+        full_set = max((whole[kd] for kd in lp if n[kd]), default=0) if par["recompute"] == "full" else 0
         terms = {
             "weights": params * w_b,
             "main_grads": params * g_b,
-            "optimizer": math.ceil(params * opt_b),
-            "activations": in_flight * layers_per_stage * act["total"] + full_set,
+            "optimizer": math.ceil((params - expert) * opt_b + expert * eopt_b),
+            "activations": in_flight * (layer_act + mtp_act) + full_set,
             "output_activations": out_act if last else 0,
         }
-        stages.append({"stage": k, "params": params, **terms, "total": sum(terms.values())})
+        stages.append({"stage": k, "params": params, "expert_params": expert,
+                       "expert_state": math.ceil(expert * (w_b + g_b + eopt_b)),
+                       "moe_layers": n["moe"], **terms, "total": sum(terms.values())})
     worst = max(stages, key=lambda s: s["total"])
 
     usable = int(gpu_memory_bytes * par["memory_fraction"]) if gpu_memory_bytes else None
@@ -317,10 +472,12 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
         "recompute": par["recompute"],
         "stage": "only" if pp == 1 else ("first" if worst["stage"] == 0 else
                                          "last" if worst["stage"] == pp - 1 else f"stage {worst['stage']}"),
-        "params": worst["params"],
+        "params": worst["params"], "expert_params": worst["expert_params"], "expert_state": worst["expert_state"],
+        "ep": ep if m.is_moe else None, "etp": etp if m.is_moe else None, "edp": edp if m.is_moe else None,
         **{k: worst[k] for k in ("weights", "main_grads", "optimizer", "activations", "output_activations", "total")},
         "bytes_per_param": w_b + g_b + opt_b,
-        "layer_activations": act["total"],
+        "layer_activations": act["dense"]["total"],
+        "moe_layer_activations": act["moe"]["total"] if "moe" in act else None,
         "stages": [{"stage": s["stage"], "total": s["total"]} for s in stages] if pp > 1 else [],
         "gpu_memory": gpu_memory_bytes, "usable": usable, "memory_fraction": par["memory_fraction"],
         "fits": fits, "problems": problems,
@@ -341,7 +498,9 @@ def _why(r: dict) -> str:
     state = r["weights"] + r["main_grads"] + r["optimizer"]
     parts = (f"weights+grads+optimizer {_gib(state)} ({r['bytes_per_param']:.2f} B/param x "
              f"{r['params'] / 1e9:.2f}B params, dp={r['dp']}"
-             f"{', distributed optimizer' if r['distributed_optimizer'] else ''}), "
+             f"{', distributed optimizer' if r['distributed_optimizer'] else ''})"
+             + (f" of which routed experts {_gib(r['expert_state'])} ({r['expert_params'] / 1e9:.2f}B params, "
+                f"ep={r['ep']} x etp={r['etp']}, expert dp={r['edp']})" if r.get("expert_params") else "") + ", "
              f"activations {_gib(r['activations'] + r['output_activations'])} (recompute {r['recompute']})")
     if r["usable"] is None:
         return f"{where}: needs {_gib(r['total'])}: {parts}; GPU memory unknown"
@@ -488,6 +647,16 @@ def markdown_table(floor: dict) -> str:
         lines += ["", f"GiB per GPU (most loaded pipeline stage); recompute {par['recompute']}, distributed "
                       f"optimizer {'on' if par['distributed_optimizer'] else 'off'}, usable = "
                       f"{par['memory_fraction']:.0%} of the GPU's memory; see tptune.memory for each term."]
+        moe = [r for r in floor["table"] if r.get("ep") is not None]
+        if moe:
+            lines.append("MoE layout assumed: routed-expert weights, grads and optimizer state split over parallel.ep x "
+                         "expert TP (etp " + (f"= {par.get('etp')}" if par.get("etp") else "= TP, Megatron's default")
+                         + f"; ep = {par.get('ep', 1)}), the distributed optimizer over the expert data-parallel group "
+                         "dp*tp/(ep*etp); attention, dense MLP, shared experts and router over TP as dense layers; "
+                         "activations for drop-less routing (every token through its top-k experts). Routed experts "
+                         "per GPU (params, weights+grads+optimizer): "
+                         + ", ".join(f"TP={r['tp']}: {r['expert_params'] / 1e9:.2f}B, {r['expert_state'] / GIB:.1f} GiB"
+                                     for r in moe) + ".")
         if any(r["tied_embeddings_assumed"] for r in floor["table"]):
             lines.append("The model file does not say whether the output layer shares the embedding's weights: "
                          "assumed tied (Megatron's and transformers' default).")
