@@ -459,6 +459,9 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
     layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
              if (run_dir / "layer" / f"tp{t}.json").exists()}
     if layer:
+        from .figures.pooled import block_pooled
+        for rec in layer.values():
+            rec["pooled"] = block_pooled(run_dir, rec)
         meta["layer"] = {str(t): rec for t, rec in layer.items()}
         _block_host_warning(meta["measurement"], layer)
     emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)

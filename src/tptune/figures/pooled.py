@@ -80,3 +80,53 @@ def run_pairs(run_dir: Path, a: str, b: str, under: str = "sessions") -> list[tu
     run_dir = Path(run_dir)
     return session_blocks([(str(sj.parent.relative_to(run_dir / under)), sj.parent, a, b)
                            for sj in sorted((run_dir / under).glob("**/session.json"))])
+
+
+POOLED_WITH = "pooled_with.json"
+
+
+def _same_cfgs(a: Path, b: Path) -> bool | None:
+    """Whether two ub_cfgs YAML files hold the same settings (comments aside); None when one is missing."""
+    import yaml
+
+    if not (a.exists() and b.exists()):
+        return None
+    return yaml.safe_load(a.read_text()) == yaml.safe_load(b.read_text())
+
+
+def block_pooled(run_dir: Path, layer_rec: dict) -> dict:
+    """The block's tuned / each reference pooled over this run's block session and the sessions named in
+    ``pooled_with.json`` (other runs of the same config, ``tptune verify`` of this run's file):
+    ``[{"session": folder, "tuned": the file's case there, "file": its preset yaml (optional)}]``. A
+    session whose file differs from this run's tuned preset is left out and named."""
+    run_dir = Path(run_dir)
+    spec = run_dir / POOLED_WITH
+    if not spec.exists():
+        return {}
+    import json
+
+    tp, tuned = layer_rec["tp"], layer_rec["tuned"]
+    own = run_dir / "sessions" / "layer" / f"tp{tp}"
+    mine = run_dir / "presets" / f"{tuned.split('ub.', 1)[-1]}.yaml"
+    others, skipped = [], []
+    for o in json.loads(spec.read_text()):
+        if o.get("tp", tp) != tp:
+            continue
+        same = _same_cfgs(mine, (run_dir / o["file"])) if o.get("file") else None
+        if same is False:
+            skipped.append({"session": o["session"], "why": "another file"})
+            continue
+        others.append((o["session"], run_dir / o["session"], o["tuned"], same))
+    out = {}
+    for row in layer_rec["settings"]:
+        ref = row["case"]
+        if ref == tuned:
+            continue
+        blocks = session_blocks([("this run", own, tuned, ref)] +
+                                [(name, d, t, ref) for name, d, t, _ in others])
+        if len(blocks) > 1:
+            p = pooled_ratio(blocks)
+            if p is not None:
+                out[row["variant"]] = p.to_dict()
+    return {"pooled": out, "sessions": ["this run"] + [n for n, *_ in others],
+            "checked_same_file": {n: s for n, _, _, s in others}, "skipped": skipped}
