@@ -50,6 +50,8 @@ class Efficiency:
         """What a report prints: a percentage with its interval, or the fault, or why there is none."""
         if self.fault:
             return f"bound fault (bound / chosen {self.fault['ratio']:.3f} [{self.fault['lo']:.3f}, {self.fault['hi']:.3f}])"
+        if self.why == "no overlap chosen":
+            return "0% (no overlap chosen)"
         if self.value is None:
             return f"– ({self.why})" if self.why else "–"
         iv = f" [{100 * self.lo:.0f}, {100 * self.hi:.0f}]" if self.lo is not None else ""
