@@ -91,12 +91,12 @@ def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | 
     return overlap_verdict(mine, base)
 
 
-def bound_faults(points: dict[str, dict], floor: float | None = None) -> list[dict]:
-    """The bound-fault test (figures.bound): the bound slower than a setting beside it beyond the noise.
-    ``floor`` is not used: the test is the interval, as the efficiency's (kept for callers)."""
+def bound_faults(points: dict[str, dict], floor: float = 0.02) -> list[dict]:
+    """The bound-fault test (figures.bound): the bound slower than a setting beside it, by the paired
+    rounds the efficiency uses."""
     from .figures.bound import bound_faults as faults
 
-    return faults(points)
+    return faults(points, floor)
 
 
 STEP_FACTOR = 2.0   # a batch whose halves' medians differ by more than STEP_FACTOR x the margin stepped
