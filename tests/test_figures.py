@@ -176,7 +176,7 @@ def test_the_block_decides_between_the_tuned_and_the_finalists_combination(tmp_p
     assert rec["winner"] == fast          # 1% faster in every round: beyond the noise, within the margin
     rec = layer_record(s, 2, session(tmp_path / "b", {none: [81 * x for x in drift], tuned: [78 * x for x in drift],
                                                       fast: [77.2, 78.8, 76.9, 78.9]}), tuned)
-    assert rec["winner"] == tuned         # the same median gain that the rounds do not carry: tuned stays
+    assert rec["winner"] == tuned         # rounds that scatter either side of the tuned ones: tuned stays
 
 
 def test_block_batch_evidence_is_recorded_like_an_op_batch():
