@@ -10,6 +10,11 @@ from .cases import REFERENCE_KINDS, parse_case_id
 from .ops import op_gemms
 from .search import emit, session_noise, tp_decision, ubcfg
 from .search.noise import compare_points, cost_key
+from .figures.bound import burned_in, is_bound
+from .figures.efficiency import Efficiency, model_efficiency, op_efficiency
+from .figures.finalists import finalists
+from .figures.host import summary as host_summary
+from .figures.pooled import pooled_ratio, run_pairs
 from .search.points import point_median
 from .settings import Settings
 from .workflow import point_contenders, point_members, read_session, session_dir
@@ -86,31 +91,12 @@ def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | 
     return overlap_verdict(mine, base)
 
 
-def bound_faults(points: dict[str, dict], floor: float) -> list[dict]:
-    """The no-communication bound must not be slower than what it bounds: every setting measured beside
-    it is checked; a bound slower beyond the noise (interval above 1), or by more than the margin in its
-    estimate (a bound is dropped from its session early, so its interval may stay wide), is a
-    measurement fault, never a percentage."""
-    from .search.rounds import ratio_of
+def bound_faults(points: dict[str, dict], floor: float = 0.02) -> list[dict]:
+    """The bound-fault test (figures.bound): the bound slower than a setting beside it, by the paired
+    rounds the efficiency uses."""
+    from .figures.bound import bound_faults as faults
 
-    bound = next((p for c, p in points.items() if c.endswith("-nocomm")), None)
-    if bound is None or point_median(bound) == float("inf"):
-        return []
-    faults = []
-    for cid, p in points.items():
-        if p is bound or point_median(p) == float("inf"):
-            continue
-        r = ratio_of(bound, p)
-        if r is None:
-            slower = point_median(bound) > point_median(p) * (1 + floor)
-            rec = {"ratio": point_median(bound) / point_median(p)}
-        else:
-            slower = r.lo > 1.0 or r.ratio > 1 + floor
-            rec = r.to_dict()
-        if slower:
-            faults.append({"bound": bound["case"], "above": cid, **rec,
-                           "note": "bound slower than a setting it bounds: measurement fault"})
-    return faults
+    return faults(points, floor)
 
 
 STEP_FACTOR = 2.0   # a batch whose halves' medians differ by more than STEP_FACTOR x the margin stepped
@@ -157,7 +143,7 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
         from .errors import TptuneError
         raise TptuneError(f"{op} TP={tp}: the TP point would measure {', '.join(missing)}, which the recorded "
                           "session did not; re-measure this run")
-    pts = {cid: slim(p) for cid, p in runs.items()}
+    pts = {cid: burned_in(slim(p)) if is_bound(cid) else slim(p) for cid, p in runs.items()}
     stepped = sorted(c for c, p in runs.items() if p["status"] == "ok"
                      and (batch_step(p) or 0.0) > STEP_FACTOR * floor)
     refs = {parse_case_id(c).variant_id: pts[c] for c in pts
@@ -179,6 +165,7 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
             "candidates": overlapped, "comparisons": comparisons, "verdict": verdict, "verdict_reason": reason,
             "bound_faults": bound_faults(pts, floor), "host_bound": host_bound, "host_behind": host_behind,
             "stepped": stepped, "canary": sess.get("canary"),
+            "host_batches": {c: host_summary(runs[c]) for c in sorted(runs) if host_summary(runs[c])["batches"]},
             "searches": {r["dim"]: {"best_case": r["best_case"], "path": r.get("path"), "asked": r["asked"],
                                     "measured": r["measured"],
                                     **{k: r[k] for k in ("reference", "cost", "changes") if k in r}}
@@ -271,11 +258,32 @@ def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
     rec["vs_none"] = (compare_points(winner, at["none"], floor=floor, tie="b").to_dict()
                       if at.get("none") and winner is not at["none"] else None)
     rec["ties"] = tied_with(winner, [at["none"], *at["candidates"].values()], floor)
+    rec["finalists"] = finalists(winner, [p for p in [at["none"], *at["candidates"].values()] if p])
+    rec["efficiency"] = op_efficiency(at.get("none"), winner, at.get("nocomm")).to_dict()
+    rec["pooled"] = pooled_pairs(run_dir, winner, {"none": at.get("none"), "runner_up": runner_up,
+                                                   "bound": at.get("nocomm")})
     rec["points"] = {str(tp): {"none": p["none"], "nocomm": p["nocomm"], "best": p["best"],
                                "verdict": p["verdict"], "verdict_reason": p["verdict_reason"],
                                "fastest": _best_at(p, floor)[0]}
                      for tp, p in points.items()}
     return rec
+
+
+def pooled_pairs(run_dir: Path, winner: dict, others: dict[str, dict | None]) -> dict:
+    """winner / each named point pooled over every session of the run that measured both (each session
+    a block, figures.pooled); only where more than one session did. The bound's burn-in round is left out."""
+    out = {}
+    for name, other in others.items():
+        if not other or other["case"] == winner["case"]:
+            continue
+        blocks = run_pairs(run_dir, winner["case"], other["case"])
+        if is_bound(other["case"]):
+            blocks = [(n, a, {r: v for r, v in b.items() if r >= min(b) + 1}) for n, a, b in blocks if b]
+        if len(blocks) > 1:
+            pooled = pooled_ratio(blocks)
+            if pooled is not None:
+                out[name] = {"a": winner["case"], "b": other["case"], **pooled.to_dict()}
+    return out
 
 
 def knob_summary(search: dict) -> dict:
@@ -441,10 +449,21 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
             "model_tp_evidence": tp_evidence, "memory": mem,
             "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
             "measurement": measurement_summary(run_dir, points_by_op, floor, s.device)}
+    meta["model_efficiency"] = _model_efficiency(records, points_by_op)
+    for e in tp_evidence:   # the model-level hiding figure: the summed ops, each capped at its bound
+        if e.get("rule") == "hides_communication" and e.get("tp") in (None, tp) and e.get("hidden_fraction") is not None:
+            e["hidden_fraction"] = meta["model_efficiency"]["value"]
+            e["efficiency"] = meta["model_efficiency"]
+            e["reason"] = (f"hides {Efficiency.from_dict(meta['model_efficiency']).shown()} of exposed "
+                           "communication (the ops summed, each capped at its bound)")
     layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
              if (run_dir / "layer" / f"tp{t}.json").exists()}
     if layer:
+        from .figures.pooled import block_pooled
+        for rec in layer.values():
+            rec["pooled"] = block_pooled(run_dir, rec)
         meta["layer"] = {str(t): rec for t, rec in layer.items()}
+        _block_host_warning(meta["measurement"], layer)
     emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
 
     def cfgs_at(t):
@@ -486,6 +505,42 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
         shape_map, chunk_notes = {"customized_cc": {}}, chunk_notes + [f"not expressible: {exc}"]
     emit.write_chunked_cfg(run_dir / "chunked_cfg.yaml", shape_map, chunk_notes)
     return records
+
+
+def _model_efficiency(records: dict, points_by_op: dict) -> dict:
+    """The capped efficiency of the summed ops (figures.efficiency.model_efficiency), each op at the TP
+    its evidence was taken."""
+    triples = {}
+    for op, rec in records.items():
+        pts = points_by_op[op]
+        tp = rec["tp"] if rec["tp"] in pts else min(pts)
+        p = pts[tp]
+        cands = {c["case"]: c for c in [p.get("none"), *p["candidates"].values()] if c}
+        win = cands.get((rec.get("winner") or {}).get("case"))
+        triples[op] = (p.get("none"), win, p.get("nocomm"))
+    return model_efficiency(triples).to_dict()
+
+
+def _block_host_warning(measurement: dict, layer: dict) -> None:
+    """The report's host warning covers block sessions: settings of the block whose batches never got the
+    host ahead, counted, and block batches whose host-ahead verdict was recorded without its figures."""
+    behind, unproven = [], []
+    for t, rec in layer.items():
+        for row in rec.get("settings") or []:
+            h = row.get("host_batches") or {}
+            if h.get("failed"):
+                behind.append({"case": row["case"], "failed": h["failed"], "batches": h["batches"],
+                               "attempts": h["attempts"]})
+            if h.get("unproven"):
+                unproven.append({"case": row["case"], "unproven": h["unproven"], "batches": h["batches"]})
+    measurement["block_host_behind"] = behind
+    measurement["block_host_unproven"] = unproven
+    if behind:
+        n = sum(b["failed"] for b in behind)
+        tot = sum(b["batches"] for b in behind)
+        msg = (f"block batches not host-ahead: {n} of {tot} batches of {len(behind)} block setting(s) failed the "
+               f"host-ahead check after every attempt; their block figures include host time.")
+        measurement["warning"] = " ".join(x for x in (measurement.get("warning"), msg) if x)
 
 
 def measurement_summary(run_dir: Path, points_by_op: dict, floor: float, device: str = "cuda") -> dict:

@@ -408,6 +408,8 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
     """A point (search.points layout) from a member's rounds [(round id, ok attempt result)]."""
     import statistics
 
+    from .figures.host import evidence as host_evidence
+
     per_round, all_it, host, ahead, batches = [], {"fwd_ms": [], "bwd_ms": [], "total_ms": []}, [], [], []
     counts = []   # timed iterations per round: a GPU-bound op's window sets them from each round's probe
     for rid, res in rounds:
@@ -426,7 +428,7 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
                         "slept_ms": max(a.get("slept_ms", 0.0) for a in last),
                         "enqueue_ms": max(a.get("enqueue_ms", 0.0) for a in last),
                         "preroll": last[0].get("preroll"), "iters": last[0].get("iters"), "check": last[0].get("check"),
-                        "clock": merge_ranks([a.get("clock") for a in last])})
+                        "clock": merge_ranks([a.get("clock") for a in last]), "evidence": host_evidence(bs)})
     timing = {}
     for k, v in all_it.items():
         st = stats(v)

@@ -9,8 +9,11 @@ model's real shapes, fwd+bwd, slowest rank, with:
          ``fastest_tp<N>``): per op, ties go to the cheaper setting, so the tuned combination can leave
          up to the margin per op on the table; the block says whether those estimates add up;
   torch: no overlap, the bound, and chunked.n<N> with the chunk count most ops chose.
-The block-level winner is the tuned combination unless a reference beats it beyond the noise; then
-the fastest such reference, and the report says so.
+The block-level winner is the tuned combination unless a reference beats it beyond the margin; then
+the fastest such reference, and the report says so. The fastest combination is where the per-op
+finalists (figures.finalists: faster than the cheaper pick beyond the noise, within the margin) meet the
+block: it wins when it is faster than the tuned combination beyond the noise (tuned / fastest entirely
+above 1), within the margin or not; otherwise the tuned one stays.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ import yaml
 
 from .cases import Case, make_case, parse_case_id
 from .ops import COLUMN_OPS
+from .figures.host import summary as host_summary
+from .figures.wording import classify_ratio
 from .search.noise import compare_points
 from .search.points import point_median
 
@@ -172,15 +177,19 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
                "median_ms": None if point_median(p) == float("inf") else point_median(p),
                "host_ms": (p.get("host") or {}).get("host_ms"),
                "correct": (runs[cid].get("correctness") or {}).get("ok")}
+        row["host_batches"] = host_summary(runs[cid])
         if cid != tuned_id:
             cmp = compare_points(tuned, p, floor=floor, tie="a")
             row["tuned_vs"] = cmp.to_dict()
+            row["tuned_vs"]["words"] = classify_ratio(row["tuned_vs"].get("ratio"), floor)
         rows.append(row)
     kind = parse_case_id(tuned_id).variant.kind
     # an emitted config must pass the numerics check on the block: failing settings cannot win
     passing = [r for r in rows if r["median_ms"] and r["correct"] is not False
                and parse_case_id(r["case"]).variant.kind == kind]
     beaten_by = [r for r in passing if r["case"] != tuned_id and r.get("tuned_vs", {}).get("outcome") == 1]
+    finalist = [r for r in passing if r["variant"] == f"ub.{fastest_preset(tp)}"
+                and ((r.get("tuned_vs") or {}).get("ratio") or {}).get("lo", 0) > 1.0]
     tuned_row = next(r for r in rows if r["case"] == tuned_id)
     numerics_failed = False
     if point_median(tuned) == float("inf") or tuned_row["correct"] is False:
@@ -191,6 +200,11 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         reason = (f"the tuned combination {why}: the file holds the fastest setting that passed, {winner}"
                   if winner else f"the tuned combination {why} and no other overlapped setting passed on the "
                   "block: the file holds the per-op choices, unproven (see the numerics column)")
+    elif finalist and not beaten_by:
+        winner = finalist[0]["case"]
+        reason = (f"the finalists' combination {winner} is faster than the tuned combination on the block beyond "
+                  f"the noise (tuned / it {_iv(finalist[0]['tuned_vs']['ratio'])}, within the margin or not): "
+                  "the file holds it")
     elif beaten_by:
         winner = min(beaten_by, key=lambda r: r["median_ms"])["case"]
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
@@ -200,6 +214,10 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
             "num_layers": int((s.config.get("layer") or {}).get("num_layers", 2)), "tuned": tuned_id,
             "built": block_layers(s.model.model, int((s.config.get("layer") or {}).get("num_layers", 2))),
             "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
+
+
+def _iv(r: dict) -> str:
+    return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], {r['rounds']} rounds"
 
 
 def write_layer(path: Path, rec: dict) -> None:

@@ -8,6 +8,8 @@ import jinja2
 import polars as pl
 
 from .cases import parse_case_id
+from .figures.efficiency import Efficiency
+from .figures.wording import classify_ratio
 from .plan import plan_summary
 from .settings import Settings, read_calibration
 
@@ -87,10 +89,9 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
         none = (pts.get("none") or {}).get("case")
         nocomm = (pts.get("nocomm") or {}).get("case")
         t_none = by_case.get(none, {}).get("median_ms")
-        t_bound = None if nocomm in faulted else by_case.get(nocomm, {}).get("median_ms")
+        t_bound = (pts.get("nocomm") or {}).get("timing", {}).get("total_ms", {}).get("median")
         t_w = w.get("median_ms")
-        exposed = (t_none - t_bound) if t_none is not None and t_bound is not None else None
-        hidden = ((t_none - t_w) / exposed) if exposed and t_w is not None and exposed > 0 else None
+        eff = rec.get("efficiency")
         comm = sum(w.get(f"{p}_comm_ms") or 0 for p in ("fwd", "bwd"))
         overlap = sum(w.get(f"{p}_overlap_ms") or 0 for p in ("fwd", "bwd"))
         rows.append({
@@ -98,8 +99,9 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
             "variant": (rec.get("config") or {}).get("variant"), "note": (rec.get("config") or {}).get("note"),
             "fwd_ms": w.get("fwd_median_ms"), "bwd_ms": w.get("bwd_median_ms"), "total_ms": t_w,
             "none_ms": t_none, "bound_ms": t_bound,
-            "bound_share": (t_bound / t_w) if t_bound and t_w else None,
-            "hidden": hidden, "overlap_pct": (overlap / comm) if comm else None,
+            "bound_faulted": nocomm in faulted,
+            "hidden": Efficiency.from_dict(eff).shown() if eff else "–",
+            "finalists": rec.get("finalists") or [], "pooled": rec.get("pooled") or {}, "overlap_pct": (overlap / comm) if comm else None,
             "exposed_ms": sum(w.get(f"{p}_exposed_comm_ms") or 0 for p in ("fwd", "bwd")) if w else None,
             "runner_up": (rec.get("runner_up") or {}).get("case"), "margin": rec.get("margin"),
             "vs_runner_up": _ratio((rec.get("vs_runner_up") or {}).get("ratio")),
@@ -188,7 +190,9 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     chunk_text = (run_dir / "chunked_cfg.yaml").read_text()
     env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
-    env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio)
+    env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
+                         words=lambda r: classify_ratio(r, s.config["decision"]["noise_floor"]),
+                         efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
     text = env_t.get_template("report.md.j2").render(
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,

@@ -74,15 +74,35 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
         return {**rec, "passed": beats, "reason": f"best overlapped setting {'beats' if beats else 'does not beat'} "
                 "no-overlap (bound fault: the no-collective bound is not below no overlap; no fraction computed)"}
     hidden = (none - best) / exposed if best != INF else 0.0
-    rec["hidden_fraction"] = hidden
+    eff = _efficiency(at)
+    if eff is not None:   # paired rounds of one session: the report's definition (figures.efficiency)
+        rec["efficiency"] = eff.to_dict()
+        if eff.fault:
+            return {**rec, "hidden_fraction": None, "passed": vs_none.outcome < 0,
+                    "reason": f"{eff.shown()}: no fraction computed; the best overlapped setting "
+                              f"{'beats' if vs_none.outcome < 0 else 'does not beat'} no overlap"}
+        if eff.raw is not None:
+            hidden = eff.raw
+    rec["hidden_fraction"] = min(1.0, max(0.0, hidden))
     if vs_none.outcome >= 0:
         return {**rec, "passed": False, "reason": "best overlapped setting does not beat no-overlap"}
     if hidden < min_hidden_fraction:
         return {**rec, "passed": False,
-                "reason": f"hides {hidden:.0%} of exposed communication < {min_hidden_fraction:.0%}"}
+                "reason": f"hides {_shown(eff, hidden)} of exposed communication < {min_hidden_fraction:.0%}"}
     if trust_verdict and _normalize(at.verdict) == "not overlapped":
         return {**rec, "passed": False, "reason": "trace analysis: not overlapped"}
-    return {**rec, "passed": True, "reason": f"hides {hidden:.0%} of exposed communication"}
+    return {**rec, "passed": True, "reason": f"hides {_shown(eff, hidden)} of exposed communication"}
+
+
+def _efficiency(at: TpPoints):
+    from ..figures.efficiency import op_efficiency
+
+    eff = op_efficiency(at.none, at.best, at.nocomm)
+    return eff if (eff.rounds >= 2 or eff.fault) else None
+
+
+def _shown(eff, hidden: float) -> str:
+    return eff.shown() if eff is not None else f"{min(1.0, max(0.0, hidden)):.0%}"
 
 
 def tp_next(op: str, measured_by_tp: dict[int, TpPoints], **rules) -> int | None:

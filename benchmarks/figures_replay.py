@@ -1,0 +1,128 @@
+"""Replay of the committed sessions under issue 26's rules (no GPU): the bound's burn-in, the finalist rule,
+the capped efficiency and the pooled block figure. Prints what changes and what stays.
+
+    PYTHONPATH=src python benchmarks/figures_replay.py
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tptune.decide import pick_best, slim
+from tptune.figures import bound, efficiency, finalists, host, pooled, wording
+from tptune.search.rounds import point_rounds
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+FLOOR = 0.02
+
+
+def point_sessions():
+    for sj in sorted(RESULTS.glob("**/sessions/*/tp*/point/session.json")):
+        s = json.loads(sj.read_text())
+        runs = {c: slim(json.loads((sj.parent / p).read_text())) for c, p in s["runs"].items()}
+        yield sj.parent.relative_to(RESULTS), runs
+
+
+def bound_replay() -> None:
+    print("## The bound's first round (burn-in), every committed point session with a bound")
+    above = {"before": [0, 0], "after": [0, 0]}
+    faults = {"before": 0, "after": 0, "before, interval above 1 only": 0}
+    n_sessions = 0
+    for name, runs in point_sessions():
+        b = next((p for c, p in runs.items() if bound.is_bound(c) and point_rounds(p)), None)
+        if b is None:
+            continue
+        n_sessions += 1
+        burned = bound.burned_in(b)
+        for c, p in runs.items():
+            if c == b["case"] or not point_rounds(p):
+                continue
+            for key, bb in (("before", b), ("after", burned)):
+                k, n = bound.bound_above_rounds(bb, p)
+                above[key][0] += k
+                above[key][1] += n
+            r0, r1 = bound.bound_vs(b, p), bound.bound_vs(burned, p)
+            faults["before"] += bound.is_fault(r0)
+            faults["after"] += bound.is_fault(r1)
+            faults["before, interval above 1 only"] += bool(r0 and r0.lo > 1)
+    print(f"{n_sessions} sessions")
+    for k, (a, n) in above.items():
+        print(f"bound reads slower than a setting it bounds, {k} the burn-in: {a} of {n} setting-rounds ({a / n:.0%})")
+    for k, v in faults.items():
+        print(f"bound faults (bound / setting paired: interval above 1 or estimate above 1 + margin), {k}: {v}")
+
+
+def finalist_replay() -> None:
+    print("\n## Finalist rule: per op, settings faster than the pick beyond the noise, within the margin")
+    for d in sorted(RESULTS.glob("**/decisions.json")):
+        if "legacy" in d.parts:
+            continue
+        run = d.parent.relative_to(RESULTS)
+        doc = json.loads(d.read_text())
+        for op, rec in doc["ops"].items():
+            if "finalists" in rec:
+                fin = rec["finalists"]
+                src = "sessions"
+            else:   # runs kept without sessions: the recorded ties (setting / pick) carry the same interval
+                fin = [t for t in rec.get("ties") or [] if t.get("hi") is not None and t["hi"] < 1]
+                src = "recorded ties"
+            if fin:
+                best = min(fin, key=lambda f: f["ratio"])
+                print(f"{run} {op}: pick {rec['config'].get('variant')} -> {len(fin)} finalist(s) to the block "
+                      f"({src}); best {best['case'].split('-', 2)[2]} {best['ratio']:.3f} "
+                      f"[{best['lo']:.3f}, {best['hi']:.3f}]")
+    print("\n## Finalist rule on the block: does the finalists' (fastest) combination now win?")
+    for lf in sorted(RESULTS.glob("**/layer/tp*.json")):
+        rec = json.loads(lf.read_text())
+        fast = [r for r in rec["settings"] if r["variant"].startswith("ub.fastest_tp")]
+        note = "no fastest combination measured (it equalled the tuned one)" if not fast else \
+            f"tuned / fastest {fast[0]['tuned_vs']['ratio']['ratio']:.3f} [{fast[0]['tuned_vs']['ratio']['lo']:.3f}, " \
+            f"{fast[0]['tuned_vs']['ratio']['hi']:.3f}]"
+        print(f"{lf.parent.parent.relative_to(RESULTS)} TP={rec['tp']}: winner {rec['winner'].split('-', 2)[2]} ({note})")
+
+
+def knobs_figures() -> None:
+    print("\n## Knobs run: pooled block figure and capped efficiency")
+    k = RESULTS / "knobs-llama3-70b-x2"
+    doc = json.loads((k / "decisions.json").read_text())
+    p = doc["meta"]["layer"]["2"]["pooled"]["pooled"]["ub.nvidia_bf16_tp2"]
+    print(f"tuned / NVIDIA tp2 preset pooled: {p['ratio']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}], {p['rounds']} rounds, "
+          f"{p['pooled_sessions']} sessions = {wording.speedup(p)}: {wording.classify_ratio(p, FLOOR)}")
+    for s in p["sessions"]:
+        print(f"  {s['session']}: {s['ratio']:.3f} [{s['lo']:.3f}, {s['hi']:.3f}], {s['rounds']} rounds: "
+              f"{wording.classify_ratio(s, FLOOR)}")
+    m = efficiency.Efficiency.from_dict(doc["meta"]["model_efficiency"])
+    print(f"summed ops, capped at their bounds, after the burn-in: {m.shown()} of {m.exposed_ms:.3f} ms exposed")
+    # the same without the burn-in, for comparison with the README's median figure (81%)
+    triples = {}
+    for op, rec in doc["ops"].items():
+        d = k / "sessions" / op / "tp2" / "point"
+        s = json.loads((d / "session.json").read_text())
+        runs = {c: slim(json.loads((d / q).read_text())) for c, q in s["runs"].items()}
+        none = next(p for c, p in runs.items() if c.endswith("-none"))
+        b = next(p for c, p in runs.items() if bound.is_bound(c))
+        triples[op] = (none, runs[rec["winner"]["case"]], b)
+    m0 = efficiency.model_efficiency(triples)
+    print(f"the same with the bound's first round kept: {m0.shown()} of {m0.exposed_ms:.3f} ms exposed")
+
+
+def block_host() -> None:
+    print("\n## Block batches: host-ahead evidence")
+    for sj in sorted(RESULTS.glob("**/sessions/layer/tp*/session.json")):
+        s = json.loads(sj.read_text())
+        tot = {"batches": 0, "failed": 0, "unproven": 0, "attempts": 0}
+        for p in s["runs"].values():
+            f = sj.parent / p
+            if f.exists():
+                h = host.summary(json.loads(f.read_text()))
+                for k in tot:
+                    tot[k] += h[k]
+        print(f"{sj.parent.relative_to(RESULTS)}: {tot['batches']} batches, {tot['failed']} not host-ahead after "
+              f"every attempt ({tot['attempts']} attempts), {tot['unproven']} queue verdicts without their figures")
+
+
+if __name__ == "__main__":
+    bound_replay()
+    finalist_replay()
+    knobs_figures()
+    block_host()
