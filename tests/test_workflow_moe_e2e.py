@@ -1,5 +1,5 @@
 """The workflow for real on the tiny MoE model (config/models/tiny-moe.yaml) on CPU (gloo): the report
-shows the attention and shared-expert choices, names the routed experts as outside TP overlap, and its
+shows the attention and fc1 choices (fc1 measured at the dense and shared-expert shapes, per shape), names the routed experts as outside TP overlap, and its
 layer stage is built with experts."""
 import json
 
@@ -33,6 +33,13 @@ def test_tiny_moe_end_to_end(tmp_path):
     assert "| mlp.experts.linear_fc1 (routed) | [256, 256] | 4 | 3 | no: routed experts" in report
     assert "run outside TP comm overlap" in report
     assert "fc1 runs at 2 shapes under one communicator config" in report and "shared expert [256, 512] in 3 layers (75%" in report
+    # fc1 runs at two shapes under one config: each case measured at both, chosen on the mix, shown per shape
+    assert "| fc1 | 2 | dense MLP | [256, 1536] | 1 | " in report and "| fc1 | 2 | shared expert | [256, 512] | 3 | " in report
+    assert "| qkv | 2 | attention |" not in report                  # one shape: no per-shape rows
+    runs = [json.loads(p.read_text()) for p in run.glob("sessions/fc1/tp2/point/*/run.json")]
+    assert runs and all([(s["what"], s["share"]) for s in r["shapes"]] == [("dense MLP", 0.25), ("shared expert", 0.75)]
+                        and len(s["total_ms"]) == len(r["timing"]["total_ms"]["rounds"]) for r in runs for s in r["shapes"])
+    assert all("shapes" not in json.loads(p.read_text()) for p in run.glob("sessions/qkv/tp2/point/*/run.json"))
     layer = json.loads((run / "layer/tp2.json").read_text())
     assert layer["built"][0].startswith("dense") and layer["built"][1].startswith("MoE (attention + router + 4 routed")
     assert "Layers built: 1: dense (attention + MLP); 2: MoE (attention + router + 4 routed experts, top-2" in report

@@ -440,10 +440,38 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
     gpu = timing["total_ms"]["median"]
     host_ms = statistics.median(host)
     on_gpu = all(b["timing"] == "gpu_host_ahead" for b in batches)  # on CPU the host is the device
-    return {"case": case_id, "status": "ok", "session": session_id, "timing": timing,
-            "host": {"host_ms": host_ms, "gpu_ms": gpu, "host_bound": on_gpu and host_ms >= gpu,
-                     "host_ahead": all(ahead), "batches": batches},
-            "clock": clock_over_rounds([b["clock"] for b in batches])}
+    point = {"case": case_id, "status": "ok", "session": session_id, "timing": timing,
+             "host": {"host_ms": host_ms, "gpu_ms": gpu, "host_bound": on_gpu and host_ms >= gpu,
+                      "host_ahead": all(ahead), "batches": batches},
+             "clock": clock_over_rounds([b["clock"] for b in batches])}
+    shapes = shape_rounds(rounds)
+    if shapes:
+        point["shapes"] = shapes
+    return point
+
+
+def shape_rounds(rounds: list) -> list[dict]:
+    """Per shape of an op measured at several (worker.harness.run_case): its share, and per round the
+    median over iterations of the slowest rank's time, as timing[...]["rounds"] is for the mix. [] for an
+    op of one shape."""
+    import statistics
+
+    out: list[dict] = []
+    for rid, res in rounds:
+        ranks = sorted(res["reply"]["ranks"], key=lambda x: x["rank"])
+        if not ranks[0].get("shapes"):
+            return []
+        for j, sh in enumerate(ranks[0]["shapes"]):
+            if len(out) <= j:
+                out.append({k: sh[k] for k in ("what", "k_in", "n_out", "layers", "share")}
+                           | {"round_ids": [], **{k: [] for k in ("fwd_ms", "bwd_ms", "total_ms")}})
+            slow = slowest_rank([x["shapes"][j]["samples"] for x in ranks])
+            out[j]["round_ids"].append(rid)
+            for k in ("fwd_ms", "bwd_ms", "total_ms"):
+                out[j][k].append(round(statistics.median(slow[k]), 6))
+    for sh in out:
+        sh["median_ms"] = statistics.median(sh["total_ms"])
+    return out
 
 
 def _failure(kind: str, transient: bool, message: str, gpus, started, tracebacks=None) -> dict:
@@ -476,6 +504,8 @@ def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, setting
         run["timing"] = point["timing"]
         run["host"] = point["host"]
         run["clock"] = point["clock"]
+        if point.get("shapes"):
+            run["shapes"] = point["shapes"]   # per-shape rounds of an op measured at its model's mix
         first = rounds[0][1]
         ranks = sorted(first["reply"]["ranks"], key=lambda r: r["rank"])
         run["timing"]["per_rank_median_total_ms"] = [stats(r["samples"]["total_ms"])["median"] for r in ranks]

@@ -66,7 +66,8 @@ def op_shapes(op: str, mc: ModelConfig) -> list[OpShape]:
 
 
 def primary_shape(op: str, mc: ModelConfig) -> OpShape:
-    """The shape the op's cases measure: the one that runs in most layers (the first on a tie). Raises
+    """The op's most frequent shape: the one that runs in most layers (the first on a tie); where an op has
+    several, its cases are measured at all (worker.harness) and this one gets the trace and check. Raises
     ValueError naming why when the op has no shape under TP overlap in this model."""
     shapes = op_shapes(op, mc)
     if not shapes:

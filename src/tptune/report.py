@@ -118,6 +118,33 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
     return rows
 
 
+def _shape_rows(run_dir: Path, meas: pl.DataFrame, ops: list[dict]) -> list[dict]:
+    """Per shape of an op measured at several (worker.harness.run_case): the chosen setting's and the
+    no-overlap reference's median at that shape, from their TP-point run.json ("shapes")."""
+    by_case = {r["case"]: r for r in _point_rows(meas).iter_rows(named=True)}
+
+    def shapes(case_id):
+        r = by_case.get(case_id) if case_id else None
+        if not r:
+            return []
+        p = run_dir / "sessions" / r["session"] / parse_case_id(case_id).dir_name / "run.json"
+        return (json.loads(p.read_text()).get("shapes") or []) if p.exists() else []
+
+    rows = []
+    for o in ops:
+        if not o["case"]:
+            continue
+        won = shapes(o["case"])
+        case = parse_case_id(o["case"])
+        none = {(s["k_in"], s["n_out"]): s for s in shapes(f"{case.op}-tp{case.tp}-none")}
+        for s in won:
+            t_none = (none.get((s["k_in"], s["n_out"])) or {}).get("median_ms")
+            rows.append({"op": o["op"], "tp": case.tp, "what": s["what"], "k_in": s["k_in"], "n_out": s["n_out"],
+                         "layers": s["layers"], "share": s["share"], "chosen_ms": s["median_ms"], "none_ms": t_none,
+                         "vs_none": s["median_ms"] / t_none if t_none else None})
+    return rows
+
+
 def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     """Per (op, TP): none / TE default / presets / tuned / bound medians."""
     rows = []
@@ -204,7 +231,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         memory_md=_memory_md(decisions["meta"].get("memory")),
         overlap_md=_overlap_md(s),
         layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),
-        calibration=_calibration(run_dir),
+        calibration=_calibration(run_dir), shape_rows=_shape_rows(run_dir, meas, ops),
     )
     out.write_text(text)
     return out

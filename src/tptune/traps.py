@@ -192,7 +192,7 @@ def report_md(config: dict, mc: ModelConfig) -> str:
         lines.append(f"{op} runs at {len(shapes)} shapes under one communicator config: "
                      + "; ".join(f"{s.what} [{s.k_in}, {s.n_out}] in {s.layers} layers ({s.layers / total:.0%} of its "
                                  "runs per step)" for s in shapes)
-                     + f". Its cases measure the most frequent one, {max(shapes, key=lambda s: s.layers).what}.")
+                     + ". Its cases measure every shape each round and are chosen on this mix (Answer per op).")
     traps = run_traps(config, mc)
     lines += ["", "Traps:" if traps else "Traps: none."]
     lines += [f"- {t.line}" for t in traps]

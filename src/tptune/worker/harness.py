@@ -52,11 +52,54 @@ def _profile(bench, ctx: RankContext, steps: int, out_dir: Path) -> str:
     return gz.name
 
 
+def _mix(case: Case, mc: ModelConfig) -> list:
+    """The shapes ``case`` is measured at and each one's share of the op's runs per step: [(OpShape, share)]
+    when its op runs at more than one shape under its one communicator config (ops.op_mix), else []."""
+    from ..ops import LAYER, op_mix
+    if case.op == LAYER:
+        return []
+    mix = op_mix(case.op, mc)
+    return mix if len(mix) > 1 else []
+
+
 def run_case(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_dir: Path) -> dict:
     """Measure ``case`` on this rank once (one round). Raises on failure (the server reports it).
 
     settings: timing {warmup, iters, profile_steps}, profile (bool: record traces this time),
-    check (bool: numerics against the no-overlap layer this time)."""
+    check (bool: numerics against the no-overlap layer this time).
+
+    An op that runs at several shapes under one communicator config (fc1/fc2 of a model with dense
+    layers and shared experts of another width) is measured at each, one after the other in this round;
+    its samples are the per-iteration mix, sum over shapes of share x time (iteration i of each shape,
+    over the fewest iterations any shape timed), so the round's value, and the paired per-round ratios
+    built on it, are of the model's mix. "shapes" keeps each shape's own samples. The trace and the
+    numerics check are of the most frequent shape (ops.primary_shape)."""
+    mix = _mix(case, mc)
+    if not mix:
+        return _run_shape(case, mc, ctx, settings, out_dir)
+    primary = max((s for s, _ in mix), key=lambda s: s.layers)
+    per, first = [], None
+    for shape, share in mix:
+        main = shape == primary
+        res = _run_shape(case, mc, ctx, {**settings, "shape": [shape.k_in, shape.n_out],
+                                         **({} if main else {"profile": False, "check": False})}, out_dir)
+        per.append((shape, share, res))
+        if main:
+            first = res
+    n = min(len(r["samples"]["total_ms"]) for _, _, r in per)
+    samples = {k: [sum(share * r["samples"][k][i] for _, share, r in per) for i in range(n)]
+               for k in first["samples"]}
+    out = dict(first)
+    out["samples"] = samples
+    out["shapes"] = [{"what": s.what, "k_in": s.k_in, "n_out": s.n_out, "layers": s.layers, "share": share,
+                      "samples": r["samples"]} for s, share, r in per]
+    for k in ("init_s", "measure_s", "total_s", "close_s"):
+        out[k] = sum(r[k] for _, _, r in per)
+    return out
+
+
+def _run_shape(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_dir: Path) -> dict:
+    """One build and timed batch of ``case`` (at settings["shape"], [k_in, n_out], where given)."""
     timing = settings["timing"]
     backend = load_backend(settings["backend"])
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -451,7 +451,8 @@ class TeOpBench(_TeBench):
         self.fp8 = mc.workload.is_fp8
         self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL, ATOL)
         self.column = parallel_kind(case.op) == "column"
-        self.k_in, self.n_out = weight_shape(case.op, mc)
+        # settings["shape"]: one of the op's shapes under its communicator config (worker.harness)
+        self.k_in, self.n_out = tuple(settings.get("shape") or weight_shape(case.op, mc))
         self.ub_cfgs = None
         if self.kind == "ub":  # validate before touching the GPU
             # ub_cfgs_file: a user's --tp-comm-overlap-cfg YAML, passed to initialize_ub unchanged

@@ -134,7 +134,8 @@ class RowParallelSP(torch.autograd.Function):
 class TorchOpBench:
     """One op's TP layer on one rank: a norm (column ops, as TELayerNormColumnParallelLinear) + linear."""
 
-    def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, seed: int = 1234):
+    def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, seed: int = 1234,
+                 shape: tuple[int, int] | None = None):
         kind = case.variant.kind
         if kind not in ("none", "nocomm", "chunked"):
             raise ValueError(f"torch backend runs variants none, nocomm, chunked.n<N>; got {case.variant_id}")
@@ -146,7 +147,7 @@ class TorchOpBench:
         dtype = TORCH_DTYPES[mc.workload.dtype]
         self.comm = _Comm(ctx.group, tp, enabled=kind != "nocomm")
         self.column = parallel_kind(case.op) == "column"
-        k_in, n_out = weight_shape(case.op, mc)
+        k_in, n_out = shape or weight_shape(case.op, mc)   # shape: one of the op's shapes (harness)
         gen = torch.Generator(device="cpu").manual_seed(seed)
         if self.column:
             w_full = torch.randn(n_out, k_in, generator=gen) / k_in ** 0.5
@@ -198,4 +199,5 @@ def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict):
     if case.op == "layer":
         from .torch_block import TorchBlockBench
         return TorchBlockBench(case, mc, ctx, settings)
-    return TorchOpBench(case, mc, ctx)
+    shape = settings.get("shape")
+    return TorchOpBench(case, mc, ctx, shape=tuple(shape) if shape else None)
