@@ -65,6 +65,10 @@ def test_report_and_configs(finished):
     run = workdir / RUN
     report = (run / "report.md").read_text()
     assert "## Answer per op" in report and "| qkv | " in report and "| fc2 | " in report
+    first_screen = report[:report.index("## How it was measured")]
+    # the answer card leads: what a CPU run shows and cannot, the model TP, the files to load
+    assert "**A CPU run.**" in first_screen and "**Model TP:" in first_screen
+    assert "`tp_comm_overlap_cfg.yaml`" in first_screen and "**Confidence**" in first_screen
     cfg = yaml.safe_load((run / "tp_comm_overlap_cfg.yaml").read_text())
     assert sorted(cfg) == sorted(["qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad",
                                   "fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad"])

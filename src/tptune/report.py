@@ -7,6 +7,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
+from .answer_card import answer_card, plot_summary, summary_rows
 from .cases import parse_case_id
 from .figures.efficiency import Efficiency
 from .figures.wording import classify_ratio
@@ -220,7 +221,12 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
                          words=lambda r: classify_ratio(r, s.config["decision"]["noise_floor"]),
                          efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
+    card = answer_card(s, run_dir, decisions, failures)
+    summary = summary_rows(run_dir, decisions)
+    png = plot_summary(summary, run_dir / "figures" / "summary.png")
     text = env_t.get_template("report.md.j2").render(
+        card=card, summary_rows=summary, summary_png=str(png.relative_to(run_dir)) if png else None,
+        layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)),
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
         comparison=_comparison(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
