@@ -2,7 +2,6 @@ rule model:
     output:
         f"{RUN_DIR}/model.json",
     input:
-        cfg=ancient(CONFIG_JSON),
         model_file=config["model"],
     params:
         model=json.dumps(S.model.to_dict()["model"] | S.model.to_dict()["workload"], sort_keys=True),
@@ -11,7 +10,7 @@ rule model:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune model --config {input.cfg} --out {output} > {log} 2>&1"
+        "tptune model --config {CONFIG_JSON} --out {output} > {log} 2>&1"
 
 
 rule plan:
@@ -19,7 +18,6 @@ rule plan:
         parquet=report(f"{RUN_DIR}/plan.parquet", category="Plan"),
         csv=f"{RUN_DIR}/plan.csv",
     input:
-        cfg=ancient(CONFIG_JSON),
         model=f"{RUN_DIR}/model.json",
     params:
         plan=json.dumps({"tp": S.tp_sizes, "ops": S.ops, "hw": config.get("hardware")}, sort_keys=True),
@@ -28,4 +26,4 @@ rule plan:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune plan --config {input.cfg} --out {output.parquet} > {log} 2>&1"
+        "tptune plan --config {CONFIG_JSON} --out {output.parquet} > {log} 2>&1"

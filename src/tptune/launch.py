@@ -285,7 +285,8 @@ class Launcher:
     def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
                 session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
                 margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
-                evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None) -> dict:
+                evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None,
+                record: dict | None = None) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
         adding rounds until every contender clears the margin against the leader, the round budget is
         spent, or (timing.futility) the budget could not clear what is left (search.rounds). Writes
@@ -295,7 +296,8 @@ class Launcher:
         TP point's finalists need them; a search step's points do not). ``always``: members measured
         in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned
         block, which every other block is compared to. ``tie_margin``: a resolved tie's margin where it
-        differs from ``margin`` (a search step: rounds.Ratio.outcome)."""
+        differs from ``margin`` (a search step: rounds.Ratio.outcome). ``record``: the measurement settings
+        the session was measured with (workflow.measurement), kept in session.json as ``settings``."""
         from .search.rounds import measured_next, rotation, session_state, should_stop
 
         faults = faults or {}
@@ -368,7 +370,8 @@ class Launcher:
                                       rounds[case.id], failed.get(case.id), attempts[case.id], session_id)
             write_run_json(dir_of[case.id], run)
             run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
-        rec = {"session": session_id, "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
+        rec = {"session": session_id, **({"settings": record} if record is not None else {}),
+               "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
                "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
                "margin": margin, **({"tie_margin": tie_margin} if tie_margin is not None else {}),
                "futility": budget is not None, "stop": stop_reason, "leader": state.leader,
