@@ -87,3 +87,18 @@ rule report:
         "../envs/tptune.yaml"
     shell:
         "tptune report --config {CONFIG_JSON} --out {output} > {log} 2>&1"
+
+
+# The run's last job: it fails (and the run ends non-zero) when a stage had no successful member; the
+# report, written before it, says which at its top. Re-runs once the failed sessions are re-measured.
+rule check_run:
+    output:
+        f"{RUN_DIR}/status.json",
+    input:
+        f"{RUN_DIR}/report.md",
+    log:
+        f"{RUN_DIR}/logs/check_run.log",
+    conda:
+        "../envs/tptune.yaml"
+    shell:
+        "tptune check-run {RUN_DIR} --out {output} > {log} 2>&1"

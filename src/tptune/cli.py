@@ -119,13 +119,15 @@ def _measure_session(s, m: dict, cases, sdir: Path, presets_dir: Path | None = N
     from .workflow import launcher_op_settings
 
     op_settings = launcher_op_settings(m)
+    ids = {c.id for c in cases} | ({m["canary"]} if m["canary"] else set())
+    faults = {cid: f for cid, f in (s.config.get("faults") or {}).items() if cid in ids}
     if presets_dir is not None:
         op_settings["te"] = {"presets_dirs": [str(presets_dir.resolve())]}
     rec = Launcher(s.launcher_settings()).session(
         cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
         contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
-        margin=m["margin"], tie_margin=m["tie_margin"], faults=m["faults"], evidence=m["evidence"],
-        always=m["always"], record=m)
+        margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
+        always=m["always"], record={**m, **({"injected_faults": faults} if faults else {})})
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))
@@ -317,15 +319,30 @@ def cmd_calibrate_window(a) -> int:
 
 
 def cmd_failed(a) -> int:
-    """The search-step / TP-point files whose session has a failed setting (for snakemake -R): a setting
-    is re-measured with the settings it is compared to, never alone."""
-    run = Path(a.run_dir)
-    for sj in sorted(run.glob("sessions/*/tp*/**/session.json")):
-        if not json.loads(sj.read_text()).get("failed"):
-            continue
-        rel = sj.parent.relative_to(run / "sessions")
-        op, tp, *rest = rel.parts
-        print(run / "search" / op / tp / ("point.json" if rest == ["point"] else f"{rest[0]}/{rest[1]}.json"))
+    """The measuring outputs of the sessions with a failed setting, for snakemake -R (run_status): a
+    setting is re-measured with the settings it is compared to, never alone."""
+    from .run_status import failed_outputs
+
+    for f in failed_outputs(Path(a.run_dir)):
+        print(f)
+    return 0
+
+
+def cmd_check_run(a) -> int:
+    """The workflow's last job: the run ends non-zero when a stage had no successful member (the report,
+    written before, says which at its top)."""
+    from .run_status import check_run_dir, run_failures
+
+    run_dir = check_run_dir(Path(a.run_dir))
+    stages = run_failures(run_dir)["stages"]
+    for st in stages:
+        print(f"tptune: {st['stage']} failed: none of its {st['members']} settings was measured ({st['reason']})",
+              file=sys.stderr)
+    if stages:
+        print(f"tptune: {run_dir}/report.md says so at its top; fix the cause, then re-measure with "
+              f"snakemake -R $(tptune failed {run_dir})", file=sys.stderr)
+        return 1
+    _write_json(a.out, {"ok": True})
     return 0
 
 
@@ -463,9 +480,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure nothing: re-derive a recorded calibration (its window.json) with this code")
     p.set_defaults(fn=cmd_calibrate_window)
 
-    p = sub.add_parser("failed", help="list run.json of failed cases (for snakemake -R)")
+    p = sub.add_parser("failed", help="the measuring outputs of the sessions with a failed setting: "
+                                      "snakemake -R $(tptune failed outputs/<run>) re-measures them")
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_failed)
+
+    p = sub.add_parser("check-run", help="exit 1 when a stage of the run had no successful member")
+    p.add_argument("run_dir")
+    p.add_argument("--out", required=True, help="written when every stage had a successful member")
+    p.set_defaults(fn=cmd_check_run)
 
     p = sub.add_parser("analyze", help="metrics of profiler traces: tptune analyze TRACE... [--json] [--plot F]",
                        add_help=False)

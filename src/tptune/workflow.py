@@ -275,19 +275,18 @@ MEASURE_LAUNCHER_KEYS = ("multicast", "env", "cpu_threads_per_rank")
 
 def measurement(s: Settings, op_settings: dict, members: list[str] | None, *, canary: str | None,
                 margin: float, tie_margin: float | None, evidence: bool, contenders: list[str] | None = None,
-                always: list[str] | None = None, layer: dict | None = None, fault_prefix: str = "") -> dict:
+                always: list[str] | None = None, layer: dict | None = None) -> dict:
     """A session's measurement settings (see above). ``members`` None: they follow from the job's
-    input files (the layer stage's block settings come from the TP points)."""
-    ids = set(members or []) | ({canary} if canary else set())
-    faults = {cid: f for cid, f in sorted((s.config.get("faults") or {}).items())
-              if cid in ids or (members is None and fault_prefix and cid.startswith(fault_prefix))}
+    input files (the layer stage's block settings come from the TP points). The run's ``faults`` (a
+    testing aid that makes a member fail, as a machine might) are not among them: changing them
+    re-measures nothing; ``snakemake -R $(tptune failed <run>)`` re-measures failed sessions."""
     lc = s.config.get("launcher") or {}
     model = {k: v for k, v in s.model.to_dict().items() if k != "source"}   # what is measured, not where it was read
     return {"backend": s.backend, "device": s.device, "model": model,
             "timing": dict(op_settings["timing"]), "check": bool(op_settings.get("check", False)),
             "atomic_gemm": bool((op_settings.get("search") or {}).get("atomic_gemm", False)),
             "layer": layer, "members": members, "contenders": contenders, "always": always, "canary": canary,
-            "evidence": evidence, "margin": margin, "tie_margin": tie_margin, "faults": faults,
+            "evidence": evidence, "margin": margin, "tie_margin": tie_margin,
             "launcher": {k: lc.get(k) for k in MEASURE_LAUNCHER_KEYS}}
 
 
@@ -323,8 +322,7 @@ def layer_measurement(s: Settings, tp: int) -> dict:
     ops = dict(s.op_settings(s.ops[0]))
     ops["check"] = True
     return measurement(s, ops, None, canary=canary_case(s, tp).id, margin=s.config["decision"]["noise_floor"],
-                       tie_margin=None, evidence=True, layer=dict(s.config.get("layer") or {}),
-                       fault_prefix=f"layer-tp{tp}-") | (
+                       tie_margin=None, evidence=True, layer=dict(s.config.get("layer") or {})) | (
         {"presets": list(s.config["search"].get("te_presets") or [])} if s.backend == "te" else {})
 
 
