@@ -129,6 +129,28 @@ def test_recovery_command_re_measures_the_failed_sessions(run):
     assert "Nothing to be done" in smk(w, "-n").stdout
 
 
+def test_rederive_reproduces_the_run(run):
+    """tptune rederive of an unchanged, finished run writes what the workflow wrote. Before: the TP
+    evidence's trace verdicts became null and the measurement count went from 28 to 31 (the layer
+    sessions were collected too)."""
+    import polars as pl
+
+    w = run["dir"]
+    copy_dir = "outputs/integrity-rd"
+    shutil.copytree(w / RUN, w / copy_dir)
+    try:
+        p = subprocess.run([sys.executable, "-m", "tptune", "rederive", copy_dir], cwd=w, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        for f in ("decisions.json", "tp_comm_overlap_cfg.yaml", "ub_cfgs.json", "chunked_cfg.yaml", "report.md",
+                  "layer/tp2.json", "search/qkv/final.json", "search/fc2/tp2/point.json"):
+            assert (w / copy_dir / f).read_text() == (w / RUN / f).read_text(), f
+        assert pl.read_parquet(w / copy_dir / "measurements.parquet").equals(
+            pl.read_parquet(w / RUN / "measurements.parquet"))
+    finally:
+        shutil.rmtree(w / copy_dir)
+
+
 # Every run-config setting, classified: "measure" settings change a measurement (their change re-measures
 # the sessions they touch, here on the torch CPU run), every other one only derives (decisions, configs,
 # report), runs the machinery, or does nothing on this backend: its change re-measures nothing.
@@ -307,3 +329,38 @@ def test_a_job_refuses_a_config_json_changed_under_it(run):
     other.unlink()
     assert p.returncode == 2 and "other measurement settings" in p.stderr
     assert started(w, "qkv/tp2/chunks/step0") == before
+
+
+def test_one_session_or_one_core_is_never_measured_by_two_processes_at_once(run):
+    """Before: after a kill -KILL of snakemake, its orphaned job and the rerun's measured one session at
+    once, and two runs in one folder measured on the same cores at once (CPU slots were not cores).
+    Here: two processes measuring one session (the orphan and the rerun), then two runs' sessions on one
+    pool at the same time; every run.json records what it held."""
+    w = run["dir"]
+
+    def measure(run_dir):
+        return subprocess.Popen([sys.executable, "-m", "tptune", "measure-step", "--config",
+                                 f"{run_dir}/config.json", "--op", "qkv", "--tp", "2", "--dim", "chunks",
+                                 "--step", "0"], cwd=w, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    procs = [measure(RUN), measure(RUN)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sum("being measured by another process" in o for o in outs) == 1, outs
+    sess = json.loads((w / RUN / "sessions/qkv/tp2/chunks/step0/session.json").read_text())
+    assert sess["held"]["waited_for_session_s"] > 0      # the later one waited, then measured alone
+    other = "outputs/integrity-b"
+    shutil.copytree(w / RUN, w / other)
+    procs = [measure(RUN), measure(other)]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    held = [json.loads((w / d / "sessions/qkv/tp2/chunks/step0/session.json").read_text())["held"]
+            for d in (RUN, other)]
+    a, b = held
+    if set(a["ids"]) & set(b["ids"]):     # the same cores: one after the other
+        assert a["until"] <= b["from"] or b["until"] <= a["from"], held
+    for d in (RUN, other):
+        for rj in (w / d / "sessions/qkv/tp2/chunks/step0").glob("*/run.json"):
+            rec = json.loads(rj.read_text())["held"]
+            assert rec["device"] == "cpu" and rec["ids"] and rec["pool"]
+    shutil.rmtree(w / other)

@@ -322,7 +322,8 @@ def layer_measurement(s: Settings, tp: int) -> dict:
     ops = dict(s.op_settings(s.ops[0]))
     ops["check"] = True
     return measurement(s, ops, None, canary=canary_case(s, tp).id, margin=s.config["decision"]["noise_floor"],
-                       tie_margin=None, evidence=True, layer=dict(s.config.get("layer") or {})) | (
+                       tie_margin=None, evidence=True,
+                       layer={k: v for k, v in (s.config.get("layer") or {}).items() if k != "enabled"}) | (
         {"presets": list(s.config["search"].get("te_presets") or [])} if s.backend == "te" else {})
 
 
