@@ -7,6 +7,7 @@ rule calibrate_window:
         CALIBRATION,
     input:
     params:
+        cfg=CONFIG_JSON,
         settings=lambda wc: json.dumps({"backend": S.backend, "device": S.device, "ops": S.ops, "tp": S.tp_sizes[0],
                                         "timing": S.config["timing"],
                                         "noise_floor": S.config["decision"]["noise_floor"]},
@@ -18,4 +19,4 @@ rule calibrate_window:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune calibrate-window --run-config {CONFIG_JSON} > {log} 2>&1"
+        "tptune calibrate-window --run-config {params.cfg} > {log} 2>&1"

@@ -4,13 +4,14 @@ rule model:
     input:
         model_file=config["model"],
     params:
+        cfg=CONFIG_JSON,
         model=json.dumps(S.model.to_dict()["model"] | S.model.to_dict()["workload"], sort_keys=True),
     log:
         f"{RUN_DIR}/logs/model.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune model --config {CONFIG_JSON} --out {output} > {log} 2>&1"
+        "tptune model --config {params.cfg} --out {output} > {log} 2>&1"
 
 
 rule plan:
@@ -20,10 +21,11 @@ rule plan:
     input:
         model=f"{RUN_DIR}/model.json",
     params:
+        cfg=CONFIG_JSON,
         plan=json.dumps({"tp": S.tp_sizes, "ops": S.ops, "hw": config.get("hardware")}, sort_keys=True),
     log:
         f"{RUN_DIR}/logs/plan.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune plan --config {CONFIG_JSON} --out {output.parquet} > {log} 2>&1"
+        "tptune plan --config {params.cfg} --out {output.parquet} > {log} 2>&1"

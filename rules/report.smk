@@ -39,6 +39,7 @@ rule layer:
         points=layer_inputs,
         model=f"{RUN_DIR}/model.json",
     params:
+        cfg=CONFIG_JSON,
         measurement=layer_measurement,
     resources:
         gpus=lambda wc: int(wc.tp),
@@ -48,7 +49,7 @@ rule layer:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune layer --config {CONFIG_JSON} --tp {wildcards.tp} --out {output}"
+        "tptune layer --config {params.cfg} --tp {wildcards.tp} --out {output}"
         " --expect {params.measurement[digest]} > {log} 2>&1"
 
 
@@ -63,13 +64,14 @@ rule decide:
         measurements=f"{RUN_DIR}/measurements.parquet",
         layer=layer_files,
     params:
+        cfg=CONFIG_JSON,
         config=RESOLVED_CONFIG,
     log:
         f"{RUN_DIR}/logs/decide.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune decide --config {CONFIG_JSON} --decisions {input.decisions} > {log} 2>&1"
+        "tptune decide --config {params.cfg} --decisions {input.decisions} > {log} 2>&1"
 
 
 rule report:
@@ -80,13 +82,14 @@ rule report:
         measurements=f"{RUN_DIR}/measurements.parquet",
         decisions=f"{RUN_DIR}/decisions.json",
     params:
+        cfg=CONFIG_JSON,
         config=RESOLVED_CONFIG,
     log:
         f"{RUN_DIR}/logs/report.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune report --config {CONFIG_JSON} --out {output} > {log} 2>&1"
+        "tptune report --config {params.cfg} --out {output} > {log} 2>&1"
 
 
 # The run's last job: it fails (and the run ends non-zero) when a stage had no successful member; the
@@ -96,9 +99,11 @@ rule check_run:
         f"{RUN_DIR}/status.json",
     input:
         f"{RUN_DIR}/report.md",
+    params:
+        run_dir=lambda wc, output: os.path.dirname(output[0]),
     log:
         f"{RUN_DIR}/logs/check_run.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune check-run {RUN_DIR} --out {output} > {log} 2>&1"
+        "tptune check-run {params.run_dir} --out {output} > {log} 2>&1"

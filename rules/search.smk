@@ -11,6 +11,7 @@ rule measure_step:
     input:
         unpack(measure_step_inputs),
     params:
+        cfg=CONFIG_JSON,
         measurement=step_measurement,
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
     resources:
@@ -21,7 +22,7 @@ rule measure_step:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune measure-step --config {CONFIG_JSON} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune measure-step --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --dim {wildcards.dim} --step {wildcards.step} {params.prev}"
         " --expect {params.measurement[digest]} > {log} 2>&1"
 
@@ -32,6 +33,7 @@ checkpoint search_step:
     input:
         unpack(search_step_inputs),
     params:
+        cfg=CONFIG_JSON,
         settings=step_derive_params,
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
     log:
@@ -39,7 +41,7 @@ checkpoint search_step:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune search-step --config {CONFIG_JSON} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune search-step --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --dim {wildcards.dim} --step {wildcards.step} {params.prev} --out {output} > {log} 2>&1"
 
 
@@ -75,6 +77,7 @@ rule measure_point:
     input:
         unpack(tp_point_inputs),
     params:
+        cfg=CONFIG_JSON,
         measurement=point_measurement,
     resources:
         gpus=lambda wc: int(wc.tp),
@@ -84,7 +87,7 @@ rule measure_point:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune measure-point --config {CONFIG_JSON} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune measure-point --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --expect {params.measurement[digest]} > {log} 2>&1"
 
 
@@ -94,13 +97,14 @@ rule tp_point:
     input:
         session=f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/point/session.json",
     params:
+        cfg=CONFIG_JSON,
         settings=point_derive_params,
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-point.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune tp-point --config {CONFIG_JSON} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune tp-point --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --out {output} > {log} 2>&1"
 
 
@@ -110,13 +114,14 @@ checkpoint tp_step:
     input:
         unpack(tp_step_inputs),
     params:
+        cfg=CONFIG_JSON,
         settings=tp_derive_params,
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-decision.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune tp-step --config {CONFIG_JSON} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune tp-step --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --points {input.points} --out {output} > {log} 2>&1"
 
 

@@ -26,7 +26,7 @@ MEASURING = ("measure_step", "measure_point", "layer")
 
 
 def smk(workdir, *args, configs=("run.yaml",), timeout=900):
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", *configs, *args],
+    return subprocess.run([sys.executable, "-m", "snakemake", *args, "--cores", "2", "--configfile", *configs],
                           cwd=workdir, capture_output=True, text=True, timeout=timeout)
 
 
@@ -299,11 +299,17 @@ def test_dry_run_and_an_invocation_beside_a_running_one_change_nothing(run):
         while time.time() < deadline and not (lock.exists() and lock.read_text().strip() == str(first.pid)):
             time.sleep(0.2)
         assert lock.read_text().strip() == str(first.pid)
+        # jobs that overlap the running ones: Snakemake's lock refuses it
         second = smk(w, f"{RUN}/sessions/qkv/tp2/chunks/step0/session.json",
                      configs=("run.yaml", "changed.yaml"))
-        assert second.returncode != 0
-        assert "being run by another snakemake" in second.stdout + second.stderr
-        assert cfg_json.read_text() == text
+        assert second.returncode != 0 and cfg_json.read_text() == text
+        # jobs Snakemake's lock does not cover (the window calibration, which the running one has not):
+        # the run's lock refuses it, before it writes anything
+        write(w, "changed.yaml", {"timing": {"iters": 7, "window_ms": "auto"}})
+        third = smk(w, f"{RUN}/calibration/window.json", configs=("run.yaml", "changed.yaml"))
+        assert third.returncode != 0
+        assert "being run by another snakemake" in third.stdout + third.stderr, third.stderr[-2000:]
+        assert cfg_json.read_text() == text and not (w / RUN / "calibration").exists()
     finally:
         out, _ = first.communicate(timeout=900)
     assert first.returncode == 0, out[-3000:]
