@@ -24,6 +24,7 @@ localrules:
     collect,
     decide,
     report,
+    check_run,
     all,
 
 
@@ -41,5 +42,6 @@ include: "rules/report.smk"
 rule all:
     input:
         f"{RUN_DIR}/report.md",
+        f"{RUN_DIR}/status.json",
         all_session_records,
         all_session_analysis,

@@ -6,10 +6,11 @@ rule calibrate_window:
     output:
         CALIBRATION,
     input:
-        cfg=ancient(CONFIG_JSON),
     params:
+        cfg=CONFIG_JSON,
         settings=lambda wc: json.dumps({"backend": S.backend, "device": S.device, "ops": S.ops, "tp": S.tp_sizes[0],
-                                        "timing": S.config["timing"], "decision": S.config["decision"]},
+                                        "timing": S.config["timing"],
+                                        "noise_floor": S.config["decision"]["noise_floor"]},
                                        sort_keys=True),
     resources:
         gpus=1,
@@ -18,4 +19,4 @@ rule calibrate_window:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune calibrate-window --run-config {input.cfg} > {log} 2>&1"
+        "tptune calibrate-window --run-config {params.cfg} > {log} 2>&1"

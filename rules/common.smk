@@ -7,7 +7,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 
 from tptune.cases import WILDCARD_CONSTRAINTS
-from tptune.errors import ConfigError
+from tptune.errors import ConfigError, TptuneError
 from tptune.settings import CALIBRATION_JSON, resolve
 from tptune import workflow as wf
 
@@ -31,23 +31,9 @@ def calibration_input(wc=None):
     return {"calibration": CALIBRATION} if S.window_auto else {}
 
 
-def _write_if_changed(path, text):
-    """The resolved config that every job reads; rewritten only when it changes (rules take it as
-    ancient(), so only the per-op params below decide what reruns)."""
-    try:
-        if open(path).read() == text:
-            return
-    except OSError:
-        pass
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-_write_if_changed(CONFIG_JSON, json.dumps({**config, "_base_dir": os.getcwd(), "_source": "run config"},
-                                          indent=1, sort_keys=True))
+# The resolved run config is written by the run_config job (rules/report.smk), never here: parsing
+# happens before Snakemake takes its lock and in every dry run, and neither may change a run's files.
+RESOLVED_CONFIG = json.dumps({**config, "_base_dir": os.getcwd(), "_source": "run config"}, indent=1, sort_keys=True)
 
 
 wildcard_constraints:
@@ -57,12 +43,53 @@ wildcard_constraints:
     step=r"\d+",
 
 
-def search_params(wc):
-    """What a search step or TP point depends on: changing it reruns that op's sessions only."""
-    return json.dumps({"backend": S.backend, "device": S.device, "op": S.op_settings(wc.op),
-                       "decision": S.config["decision"],
-                       "faults": {k: v for k, v in S.config.get("faults", {}).items()
-                                  if k.startswith(f"{wc.op}-tp{wc.tp}-")}}, sort_keys=True)
+# Params. A measuring job's params are its session's measurement settings (workflow.measurement):
+# exactly what changes its measurement, so a changed setting re-measures exactly the sessions it
+# touches; the job is handed their digest and refuses a config.json that gives others. The deriving
+# jobs' params are the settings they derive with; decide and report take the whole config.
+def _measure_params(m):
+    return {"settings": json.dumps(m, sort_keys=True), "digest": wf.settings_digest(m)}
+
+
+_PENDING = {"settings": "(after a checkpoint)", "digest": "pending"}   # the job is re-created after it
+
+
+# Functions of the wildcards only: Snakemake neither records nor compares params that take input.
+def step_measurement(wc):
+    prev = None
+    if int(wc.step) > 0:
+        f = f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/{wc.dim}/step{int(wc.step) - 1}.json"
+        if not os.path.exists(f):
+            return _PENDING
+        prev = _read(f)
+    return _measure_params(wf.step_measurement(S, wc.op, int(wc.tp), wc.dim, prev))
+
+
+def point_measurement(wc):
+    f = f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/results.json"
+    if not os.path.exists(f):
+        return _PENDING
+    return _measure_params(wf.point_measurement(S, wc.op, int(wc.tp), _read(f)))
+
+
+def layer_measurement(wc):
+    return _measure_params(wf.layer_measurement(S, int(wc.tp)))
+
+
+def step_derive_params(wc):
+    """What a search step's record derives with besides its sessions: the op's search, the margins."""
+    return json.dumps({"backend": S.backend, "search": S.op_settings(wc.op)["search"],
+                       "margins": wf.step_margins(S)}, sort_keys=True)
+
+
+def point_derive_params(wc):
+    return json.dumps({"backend": S.backend, "search": S.op_settings(wc.op)["search"],
+                       "noise_floor": S.config["decision"]["noise_floor"]}, sort_keys=True)
+
+
+def tp_derive_params(wc):
+    return json.dumps({k: S.config.get(k) for k in ("decision", "gpus_per_node", "parallel", "hardware")}
+                      | {"tps": S.tp_sizes}, sort_keys=True)
 
 
 def _read(path):
@@ -96,16 +123,20 @@ def search_final(op, tp, dim):
 
 
 def measure_step_inputs(wc):
+    """The previous step's record only says what this step measures, which the params hold: a re-derived
+    record that asks for the same points re-measures nothing (ancient)."""
     ins = {"model": f"{RUN_DIR}/model.json", **calibration_input()}
     if int(wc.step) > 0:
-        ins["prev"] = step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1)
+        ins["prev"] = ancient(step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1))
     return ins
 
 
 def search_step_inputs(wc):
     """The previous step's record and this step's session (none for a single-candidate dimension:
     there is nothing to measure)."""
-    ins = measure_step_inputs(wc)
+    ins = {"model": f"{RUN_DIR}/model.json", **calibration_input()}
+    if int(wc.step) > 0:
+        ins["prev"] = step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1)
     prev = _read(ins["prev"]) if "prev" in ins else None
     if wf.step_cases(S, wc.op, int(wc.tp), wc.dim, prev):
         ins["session"] = f"{RUN_DIR}/sessions/{wc.op}/tp{wc.tp}/{wc.dim}/step{wc.step}/session.json"
@@ -123,7 +154,8 @@ def tp_results_inputs(wc):
 
 
 def tp_point_inputs(wc):
-    return {"results": _ckpt_output(checkpoints.tp_results, op=wc.op, tp=wc.tp),
+    """The searches' results only say what the point measures, which the params hold (ancient)."""
+    return {"results": ancient(_ckpt_output(checkpoints.tp_results, op=wc.op, tp=wc.tp)),
             "model": f"{RUN_DIR}/model.json", **calibration_input()}
 
 

@@ -2,16 +2,16 @@ rule model:
     output:
         f"{RUN_DIR}/model.json",
     input:
-        cfg=ancient(CONFIG_JSON),
         model_file=config["model"],
     params:
+        cfg=CONFIG_JSON,
         model=json.dumps(S.model.to_dict()["model"] | S.model.to_dict()["workload"], sort_keys=True),
     log:
         f"{RUN_DIR}/logs/model.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune model --config {input.cfg} --out {output} > {log} 2>&1"
+        "tptune model --config {params.cfg} --out {output} > {log} 2>&1"
 
 
 rule plan:
@@ -19,13 +19,13 @@ rule plan:
         parquet=report(f"{RUN_DIR}/plan.parquet", category="Plan"),
         csv=f"{RUN_DIR}/plan.csv",
     input:
-        cfg=ancient(CONFIG_JSON),
         model=f"{RUN_DIR}/model.json",
     params:
+        cfg=CONFIG_JSON,
         plan=json.dumps({"tp": S.tp_sizes, "ops": S.ops, "hw": config.get("hardware")}, sort_keys=True),
     log:
         f"{RUN_DIR}/logs/plan.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune plan --config {input.cfg} --out {output.parquet} > {log} 2>&1"
+        "tptune plan --config {params.cfg} --out {output.parquet} > {log} 2>&1"

@@ -10,9 +10,9 @@ rule measure_step:
         f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/{{dim}}/step{{step}}/session.json",
     input:
         unpack(measure_step_inputs),
-        cfg=ancient(CONFIG_JSON),
     params:
-        settings=search_params,
+        cfg=CONFIG_JSON,
+        measurement=step_measurement,
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
     resources:
         gpus=lambda wc: int(wc.tp),
@@ -22,8 +22,9 @@ rule measure_step:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune measure-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
-        " --dim {wildcards.dim} --step {wildcards.step} {params.prev} > {log} 2>&1"
+        "tptune measure-step --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        " --dim {wildcards.dim} --step {wildcards.step} {params.prev}"
+        " --expect {params.measurement[digest]} > {log} 2>&1"
 
 
 checkpoint search_step:
@@ -31,16 +32,16 @@ checkpoint search_step:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/step{{step}}.json",
     input:
         unpack(search_step_inputs),
-        cfg=ancient(CONFIG_JSON),
     params:
-        settings=search_params,
+        cfg=CONFIG_JSON,
+        settings=step_derive_params,
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune search-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune search-step --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --dim {wildcards.dim} --step {wildcards.step} {params.prev} --out {output} > {log} 2>&1"
 
 
@@ -75,9 +76,9 @@ rule measure_point:
         f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/point/session.json",
     input:
         unpack(tp_point_inputs),
-        cfg=ancient(CONFIG_JSON),
     params:
-        settings=search_params,
+        cfg=CONFIG_JSON,
+        measurement=point_measurement,
     resources:
         gpus=lambda wc: int(wc.tp),
     threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
@@ -86,7 +87,8 @@ rule measure_point:
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune measure-point --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp} > {log} 2>&1"
+        "tptune measure-point --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        " --expect {params.measurement[digest]} > {log} 2>&1"
 
 
 rule tp_point:
@@ -94,15 +96,15 @@ rule tp_point:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/point.json",
     input:
         session=f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/point/session.json",
-        cfg=ancient(CONFIG_JSON),
     params:
-        settings=search_params,
+        cfg=CONFIG_JSON,
+        settings=point_derive_params,
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-point.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune tp-point --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune tp-point --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --out {output} > {log} 2>&1"
 
 
@@ -111,16 +113,15 @@ checkpoint tp_step:
         f"{RUN_DIR}/search/{{op}}/tp{{tp}}/decision.json",
     input:
         unpack(tp_step_inputs),
-        cfg=ancient(CONFIG_JSON),
     params:
-        settings=search_params,
-        tps=json.dumps(S.tp_sizes),
+        cfg=CONFIG_JSON,
+        settings=tp_derive_params,
     log:
         f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-decision.log",
     conda:
         "../envs/tptune.yaml"
     shell:
-        "tptune tp-step --config {input.cfg} --op {wildcards.op} --tp {wildcards.tp}"
+        "tptune tp-step --config {params.cfg} --op {wildcards.op} --tp {wildcards.tp}"
         " --points {input.points} --out {output} > {log} 2>&1"
 
 

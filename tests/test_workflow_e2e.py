@@ -123,10 +123,10 @@ def test_failed_case_is_reported_and_others_complete(finished):
     partner = json.loads((workdir / RUN / "sessions/fc2/tp2/chunks/step0/chunked.n2/run.json").read_text())
     assert partner["status"] == "ok"  # the group restarted and the session went on
     report = (workdir / RUN / "report.md").read_text()
-    assert "`fc2/tp2/chunks/step0` `fc2-tp2-chunked.n4`: **exception**" in report
+    assert "`fc2/tp2/chunks/step0` `fc2-tp2-chunked.n4`: **failed** — exception" in report
     failed = subprocess.run([sys.executable, "-m", "tptune", "failed", RUN], cwd=workdir,
                             capture_output=True, text=True).stdout
-    assert failed.split() == [f"{RUN}/search/fc2/tp2/chunks/step0.json"]
+    assert failed.split() == [f"{RUN}/sessions/fc2/tp2/chunks/step0/session.json"]
 
 
 def test_second_run_does_nothing(finished):

@@ -147,20 +147,43 @@ def cmd_profile(a) -> int:
     return 0
 
 
-def _measure_session(s, op_settings: dict, tp: int, cases, sdir: Path, contenders=None,
-                     evidence: bool = True, always=None, margins: tuple[float, float] | None = None) -> dict:
-    """Measure ``cases`` side by side in one session (launch.Launcher.session). The drift canary opens
-    the sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see
-    the machine drift over a run, and a bisection step's two points are compared within their session."""
-    from .launch import Launcher
-    from .workflow import canary_case
+def _measured_settings(a, m_of):
+    """The measurement settings (workflow.measurement) of this job from the run's config.json, after
+    checking they are those the workflow scheduled it with (--expect, the digest of the rule's params):
+    a config.json changed under a scheduled job (another invocation, a hand edit) is refused, never
+    measured with. ``m_of(settings)`` builds them; the window of timing.window_ms: auto is resolved after
+    the check (the params hold "auto")."""
+    from .workflow import settings_digest
 
-    # margins (win, tie): a search step's (workflow.step_margins); else the noise floor for both
-    margin, tie_margin = margins or (s.config["decision"]["noise_floor"], None)
+    if getattr(a, "expect", None):
+        got = settings_digest(m_of(_settings(a.config, calibrated=False)))
+        if got != a.expect:
+            raise TptuneError(f"{a.config} gives this session other measurement settings (digest {got}) than the "
+                              f"workflow scheduled it with ({a.expect}): the run's config.json changed under it; "
+                              "nothing measured (rerun snakemake with the run's config)")
+    s = _settings(a.config, check_hardware=True, node_tps=[a.tp])   # a job is granted only its TP's GPUs
+    return s, m_of(s)
+
+
+def _measure_session(s, m: dict, cases, sdir: Path, presets_dir: Path | None = None) -> dict:
+    """Measure ``cases`` side by side in one session (launch.Launcher.session), exactly as the measurement
+    settings ``m`` say (workflow.measurement), which session.json records. The drift canary opens the
+    sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see the
+    machine drift over a run, and a bisection step's two points are compared within their session."""
+    from .cases import parse_case_id
+    from .launch import Launcher
+    from .workflow import launcher_op_settings
+
+    op_settings = launcher_op_settings(m)
+    ids = {c.id for c in cases} | ({m["canary"]} if m["canary"] else set())
+    faults = {cid: f for cid, f in (s.config.get("faults") or {}).items() if cid in ids}
+    if presets_dir is not None:
+        op_settings["te"] = {"presets_dirs": [str(presets_dir.resolve())]}
     rec = Launcher(s.launcher_settings()).session(
         cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
-        contenders=contenders, canary=canary_case(s, tp) if evidence else None, margin=margin,
-        tie_margin=tie_margin, faults=s.config.get("faults", {}), evidence=evidence, always=always)
+        contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
+        margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
+        always=m["always"], record={**m, **({"injected_faults": faults} if faults else {})})
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))
@@ -194,28 +217,25 @@ def cmd_search_step(a) -> int:
 
 
 def cmd_measure_step(a) -> int:
-    from .workflow import session_dir, step_cases, step_margins, step_session_name
+    from .workflow import session_dir, step_cases, step_measurement, step_session_name
 
-    s = _settings(a.config, check_hardware=True, node_tps=[a.tp])
     prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
+    s, m = _measured_settings(a, lambda s: step_measurement(s, a.op, a.tp, a.dim, prev))
     cases = step_cases(s, a.op, a.tp, a.dim, prev)
     if not cases:
         raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
-    _measure_session(s, s.op_settings(a.op), a.tp, cases,
-                     session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)), evidence=False,
-                     margins=step_margins(s))
+    _measure_session(s, m, cases, session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)))
     return 0
 
 
 def cmd_measure_point(a) -> int:
-    from .workflow import point_contenders, point_members, session_dir
+    from .workflow import point_measurement, point_members, session_dir
 
-    s = _settings(a.config, check_hardware=True, node_tps=[a.tp])
     run_dir = _run_dir(a)
     results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
+    s, m = _measured_settings(a, lambda s: point_measurement(s, a.op, a.tp, results))
     members, _ = point_members(s, a.op, a.tp, results)
-    _measure_session(s, s.op_settings(a.op), a.tp, members, session_dir(run_dir, a.op, a.tp, "point"),
-                     contenders=point_contenders(members))
+    _measure_session(s, m, members, session_dir(run_dir, a.op, a.tp, "point"))
     return 0
 
 
@@ -230,18 +250,18 @@ def cmd_tp_point(a) -> int:
 def cmd_layer(a) -> int:
     """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
     from .layer import layer_members, layer_record, presets_dir, write_layer
+    from .workflow import layer_measurement
 
-    s = _settings(a.config, check_hardware=a.measure, node_tps=[a.tp])
     run_dir = _run_dir(a)
+    if a.measure:
+        s, m = _measured_settings(a, lambda s: layer_measurement(s, a.tp))
+    else:
+        s, m = _settings(a.config), None
     points = {op: json.loads((run_dir / "search" / op / f"tp{a.tp}" / "point.json").read_text()) for op in s.ops}
     members, tuned = layer_members(s, a.tp, points, run_dir)
     if a.measure:
-        op_settings = s.op_settings(s.ops[0])
-        op_settings["te"] = {**op_settings.get("te", {}), "presets_dirs": [str(presets_dir(run_dir).resolve())]}
-        op_settings["layer"] = s.config.get("layer") or {}
-        op_settings["check"] = True
-        _measure_session(s, op_settings, a.tp, members, run_dir / "sessions" / "layer" / f"tp{a.tp}",
-                         always=[tuned.id])
+        m = {**m, "members": [c.id for c in members], "always": [tuned.id]}
+        _measure_session(s, m, members, run_dir / "sessions" / "layer" / f"tp{a.tp}", presets_dir=presets_dir(run_dir))
     write_layer(Path(a.out), layer_record(s, a.tp, run_dir, tuned.id))
     return 0
 
@@ -360,15 +380,30 @@ def cmd_calibrate_window(a) -> int:
 
 
 def cmd_failed(a) -> int:
-    """The search-step / TP-point files whose session has a failed setting (for snakemake -R): a setting
-    is re-measured with the settings it is compared to, never alone."""
-    run = Path(a.run_dir)
-    for sj in sorted(run.glob("sessions/*/tp*/**/session.json")):
-        if not json.loads(sj.read_text()).get("failed"):
-            continue
-        rel = sj.parent.relative_to(run / "sessions")
-        op, tp, *rest = rel.parts
-        print(run / "search" / op / tp / ("point.json" if rest == ["point"] else f"{rest[0]}/{rest[1]}.json"))
+    """The measuring outputs of the sessions with a failed setting, for snakemake -R (run_status): a
+    setting is re-measured with the settings it is compared to, never alone."""
+    from .run_status import failed_outputs
+
+    for f in failed_outputs(Path(a.run_dir)):
+        print(f)
+    return 0
+
+
+def cmd_check_run(a) -> int:
+    """The workflow's last job: the run ends non-zero when a stage had no successful member (the report,
+    written before, says which at its top)."""
+    from .run_status import check_run_dir, run_failures
+
+    run_dir = check_run_dir(Path(a.run_dir))
+    stages = run_failures(run_dir)["stages"]
+    for st in stages:
+        print(f"tptune: {st['stage']} failed: none of its {st['members']} settings was measured ({st['reason']})",
+              file=sys.stderr)
+    if stages:
+        print(f"tptune: {run_dir}/report.md says so at its top; fix the cause, then re-measure with "
+              f"snakemake -R $(tptune failed {run_dir})", file=sys.stderr)
+        return 1
+    _write_json(a.out, {"ok": True})
     return 0
 
 
@@ -420,6 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
         for k in ("config", "op"):
             p.add_argument(f"--{k}", required=True)
         p.add_argument("--tp", type=int, required=True)
+        p.add_argument("--expect", help="digest of the measurement settings the workflow scheduled (refused "
+                                        "when the run's config.json gives others)")
         if name == "measure-step":
             p.add_argument("--dim", required=True)
             p.add_argument("--step", type=int, required=True)
@@ -439,6 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--no-measure", dest="measure", action="store_false")
+    p.add_argument("--expect", help="digest of the measurement settings the workflow scheduled")
     p.set_defaults(fn=cmd_layer)
 
     p = sub.add_parser("analyze-session", help="trace metrics of every setting of one session")
@@ -507,9 +545,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure nothing: re-derive a recorded calibration (its window.json) with this code")
     p.set_defaults(fn=cmd_calibrate_window)
 
-    p = sub.add_parser("failed", help="list run.json of failed cases (for snakemake -R)")
+    p = sub.add_parser("failed", help="the measuring outputs of the sessions with a failed setting: "
+                                      "snakemake -R $(tptune failed outputs/<run>) re-measures them")
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_failed)
+
+    p = sub.add_parser("check-run", help="exit 1 when a stage of the run had no successful member")
+    p.add_argument("run_dir")
+    p.add_argument("--out", required=True, help="written when every stage had a successful member")
+    p.set_defaults(fn=cmd_check_run)
 
     p = sub.add_parser("analyze", help="metrics of profiler traces: tptune analyze TRACE... [--json] [--plot F]",
                        add_help=False)

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import __version__
@@ -149,19 +150,26 @@ class Launcher:
         # one namespace per Slurm allocation: two jobs on a node may both see their GPUs as 0, 1, ...
         self.pool_dir = Path(lc["pool_dir"]) / os.environ.get("USER", str(os.getuid())) / pool_scope()
         self.pool_dir.mkdir(parents=True, exist_ok=True)
-        n = count_gpus() if self.device == "cuda" else lc["cpu_slots"]
-        ids = visible_ids(n) if self.device == "cuda" else [str(i) for i in range(n)]
+        if self.device == "cuda":
+            ids = visible_ids(count_gpus())
+        else:
+            # CPU: a slot is a core this process may run on (at most launcher.cpu_slots of them); a worker
+            # group is pinned to the cores it holds, so two jobs (of any run using this pool) never
+            # measure on the same core; a case with more ranks than the pool has cores holds them all
+            cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+            ids = [str(c) for c in list(cores)[:max(1, int(lc["cpu_slots"]))]]
         self.pool = GpuPool(self.pool_dir / "locks", ids)
         self.sig = _code_signature({"backend": settings["backend"], "device": self.device,
                                     "multicast": lc["multicast"], "env": lc.get("env", {}),
                                     "python": sys.executable})
 
     # -- worker groups ------------------------------------------------------------------------
-    def _warm_sets(self, tp: int) -> list[list[str]]:
+    def _warm_sets(self, tp: int, n: int | None = None) -> list[list[str]]:
+        """Sets of ``n`` (default ``tp``) ids with a warm group of ``tp`` ranks."""
         sets = []
         for entry in self.pool_dir.glob("srv-*.json"):
             gpus = entry.stem[4:].split("-")
-            if len(gpus) == tp and WorkerGroup(self.pool_dir, gpus, tp, self.sig).alive():
+            if len(gpus) == (n or tp) and WorkerGroup(self.pool_dir, gpus, tp, self.sig).alive():
                 sets.append(gpus)
         return sets
 
@@ -187,8 +195,12 @@ class Launcher:
                "--device", self.device] + (["--preload", "te"] if self.settings["backend"] == "te" else [])
         group.socket.unlink(missing_ok=True)
         log = open(group.log, "wb")
+        pin = None
+        if self.device == "cpu" and hasattr(os, "sched_setaffinity"):
+            cores = {int(g) for g in group.gpus}
+            pin = lambda: os.sched_setaffinity(0, cores)  # noqa: E731 - the worker group's ranks stay on its cores
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin)
         group.entry.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "sig": self.sig,
                                            "tp": group.tp, "gpus": group.gpus, "started": time.time()}))
         return proc
@@ -285,7 +297,8 @@ class Launcher:
     def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
                 session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
                 margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
-                evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None) -> dict:
+                evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None,
+                record: dict | None = None) -> dict:
         """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
         adding rounds until every contender clears the margin against the leader, the round budget is
         spent, or (timing.futility) the budget could not clear what is left (search.rounds). Writes
@@ -295,7 +308,8 @@ class Launcher:
         TP point's finalists need them; a search step's points do not). ``always``: members measured
         in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned
         block, which every other block is compared to. ``tie_margin``: a resolved tie's margin where it
-        differs from ``margin`` (a search step: rounds.Ratio.outcome)."""
+        differs from ``margin`` (a search step: rounds.Ratio.outcome). ``record``: the measurement settings
+        the session was measured with (workflow.measurement), kept in session.json as ``settings``."""
         from .search.rounds import measured_next, rotation, session_state, should_stop
 
         faults = faults or {}
@@ -319,8 +333,12 @@ class Launcher:
         state = session_state({}, contenders, margin, tie_margin=tie_margin)
         active = list(members)
         t_start, wall0 = time.time(), time.monotonic()
-        with self.pool.acquire(tp, prefer=self._warm_sets(tp)) as gpus:
+        need = tp if self.device == "cuda" else min(tp, len(self.pool.ids))
+        with _session_lock(session_dir) as waited_s, self.pool.acquire(need, prefer=self._warm_sets(tp, need)) as gpus:
             t_locked = time.monotonic()
+            held_rec = {"device": self.device, "ids": list(gpus), "pool": str(self.pool.lock_dir),
+                        "ranks": tp, "session_lock": str(session_dir / SESSION_LOCK), "waited_for_session_s": waited_s,
+                        "pid": os.getpid(), "from": time.time()}
             if canary is not None:
                 canary_rec = self._side_batch(canary, mc, session_dir / "canary", op_settings, faults, gpus,
                                               attempts.setdefault("_canary", []))
@@ -358,6 +376,7 @@ class Launcher:
                     keep = set(measured_next(state, [c.id for c in active], references, always or ()))
                     active = [c for c in active if c.id in keep]
             held = time.monotonic() - t_locked
+            held_rec["until"] = time.time()
         if not stop_reason:
             stop_reason = "no member left to measure"
         run_paths = {}
@@ -366,15 +385,17 @@ class Launcher:
             run = assemble_member_run(case, mc, self.settings, self._settings_for(case, op_settings, faults,
                                                                                   True, True),
                                       rounds[case.id], failed.get(case.id), attempts[case.id], session_id)
+            run["held"] = held_rec
             write_run_json(dir_of[case.id], run)
             run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
-        rec = {"session": session_id, "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
+        rec = {"session": session_id, **({"settings": record} if record is not None else {}),
+               "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
                "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
                "margin": margin, **({"tie_margin": tie_margin} if tie_margin is not None else {}),
                "futility": budget is not None, "stop": stop_reason, "leader": state.leader,
                "futile": state.futile,
                "ratios_to_leader": {c: (x.to_dict() if x else None) for c, x in state.ratios.items()},
-               "failed": sorted(failed), "canary": canary_rec, "lead_in": lead_rec, "started": t_start,
+               "failed": sorted(failed), "held": held_rec, "canary": canary_rec, "lead_in": lead_rec, "started": t_start,
                "wall_s": time.monotonic() - wall0, "held_s": held,
                "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
                                                         [*attempts.values(), side_attempts] for a in a_list)}
@@ -402,6 +423,43 @@ class Launcher:
         self.session([case], mc, out_dir, op_settings, session_id=f"single:{case.id}", faults=faults,
                      member_dirs={case.id: out_dir})
         return read_run_json(out_dir)
+
+
+SESSION_LOCK = ".measuring.lock"
+
+
+@contextmanager
+def _session_lock(session_dir: Path, timeout: float = 24 * 3600):
+    """Hold the session's lock while measuring it: another process measuring the same session (a rerun
+    beside an orphaned job of a killed snakemake, a second run in this folder) is waited for, never
+    measured beside. Yields the seconds waited."""
+    import fcntl
+
+    session_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(session_dir / SESSION_LOCK, "a+")
+    t0 = time.monotonic()
+    told = False
+    try:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    fh.seek(0)
+                    print(f"{session_dir}: being measured by another process (pid {fh.read().strip() or '?'}); "
+                          "waiting for it", file=sys.stderr, flush=True)
+                    told = True
+                if time.monotonic() - t0 > timeout:
+                    raise TimeoutError(f"{session_dir}: still being measured by another process after {timeout:.0f}s")
+                time.sleep(0.5)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield time.monotonic() - t0
+    finally:
+        fh.close()
 
 
 def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:

@@ -181,6 +181,10 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         if cid != tuned_id:
             cmp = compare_points(tuned, p, floor=floor, tie="a")
             row["tuned_vs"] = cmp.to_dict()
+            t_failed, p_failed = point_median(tuned) == float("inf"), point_median(p) == float("inf")
+            if t_failed or p_failed:   # a failed side is no tie: nothing was compared
+                row["tuned_vs"]["failed"] = ("both" if t_failed and p_failed else
+                                             "the tuned setting" if t_failed else "this setting")
             row["tuned_vs"]["words"] = classify_ratio(row["tuned_vs"].get("ratio"), floor)
         rows.append(row)
     kind = parse_case_id(tuned_id).variant.kind

@@ -21,15 +21,24 @@ def check_recorded(run_dir: Path) -> None:
                           "sessions and cannot be re-derived with this code; re-measure it")
 
 
+def _analysed(run_dir: Path, session_json: Path) -> None:
+    from .analyze import analyze_session, session_analysis_path
+
+    ap = session_analysis_path(run_dir, session_json)
+    if not ap.exists():
+        analyze_session(session_json.parent, ap)
+
+
 def rederive(s, run_dir: Path) -> list[str]:
     from .analyze import collect, session_analysis_path
-    from .decide import decide, tp_point, tp_step
+    from .decide import decide, tp_point, tp_step, with_verdict
     from .report import render_report
     from .workflow import dimensions, step_record
 
     run_dir = Path(run_dir)
     check_recorded(run_dir)
     notes, finals = [], []
+    sessions = []   # as the workflow's collect takes them (rules/common.smk all_sessions): per op, TP, search, step; then the point
     for op in s.ops:
         points = {}
         for tp_dir in sorted((run_dir / "search" / op).glob("tp*"), key=lambda d: int(d.name[2:])):
@@ -50,6 +59,8 @@ def rederive(s, run_dir: Path) -> list[str]:
                     if rec.get("best") != old.get("best"):
                         notes.append(f"{op} TP={tp} {dim}: best {old.get('best')} -> {rec.get('best')}")
                     _write(recorded, rec)
+                    if any(e["step"] == step for e in rec["sessions"]):
+                        sessions.append(run_dir / "sessions" / op / f"tp{tp}" / dim / f"step{step}" / "session.json")
                     if rec["done"]:
                         break
                     prev, step = rec, step + 1
@@ -58,18 +69,16 @@ def rederive(s, run_dir: Path) -> list[str]:
             _write(tp_dir / "results.json", results)
             pt = tp_point(s, op, tp, run_dir)
             _write(tp_dir / "point.json", pt)
-            points[tp] = pt
+            sessions.append(run_dir / "sessions" / op / f"tp{tp}" / "point" / "session.json")
+            _analysed(run_dir, sessions[-1])          # the trace verdict reads the point's analysis
+            points[tp] = with_verdict(run_dir, pt)   # as the workflow's tp_step reads them (cli.cmd_tp_step)
             dec = tp_step(s, op, tp, dict(points), run_dir)
             _write(tp_dir / "decision.json", dec)
             final = tp_dir / "decision.json"
         shutil.copy(final, run_dir / "search" / op / "final.json")
         finals.append(run_dir / "search" / op / "final.json")
-    sessions = sorted(run_dir.glob("sessions/**/session.json"))
     for sj in sessions:
-        from .analyze import analyze_session
-        ap = session_analysis_path(run_dir, sj)
-        if not ap.exists():
-            analyze_session(sj.parent, ap)
+        _analysed(run_dir, sj)
     collect(run_dir, sessions, run_dir / "measurements.parquet")
     from .layer import layer_record, write_layer
     for lf in sorted((run_dir / "layer").glob("tp*.json")):   # the block measured the recorded tuned preset

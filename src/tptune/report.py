@@ -190,6 +190,37 @@ def _calibration(run_dir: Path) -> dict | None:
     return {k: rec.get(k) for k in ("window_ms", "why", "device", "gpu")} if rec else None
 
 
+_SESSION_KEYS = ("members", "contenders", "always", "canary", "evidence", "margin", "tie_margin", "injected_faults",
+                 "check", "layer", "presets")   # set by the session's role (the layer stage: check, layer, presets)
+
+
+def _measured_with(run_dir: Path) -> list[dict]:
+    """The measurement settings the sessions recorded (workflow.measurement), grouped: one group where
+    every session was measured alike, else one per distinct setting with its sessions. Only what a
+    session's own role sets (members, margins, evidence) is left out."""
+    groups: dict[str, dict] = {}
+    for sj in sorted(run_dir.glob("sessions/**/session.json")):
+        sess = json.loads(sj.read_text())
+        rec = sess.get("settings")
+        common = ({k: v for k, v in rec.items() if k not in _SESSION_KEYS and k != "model"} if rec
+                  else None)
+        key = json.dumps(common, sort_keys=True)
+        g = groups.setdefault(key, {"settings": common, "sessions": []})
+        g["sessions"].append(sess["session"])
+    out = []
+    for g in groups.values():
+        st = g["settings"]
+        if st is None:
+            text = "not recorded (a session measured before tptune recorded its settings)"
+        else:
+            tm = st.get("timing") or {}
+            text = ", ".join(f"{k}={tm[k]}" for k in sorted(tm)) + f"; check={st.get('check')}" + (
+                f"; layer {st['layer']}" if st.get("layer") else "") + (
+                f"; launcher {st['launcher']}" if st.get("launcher") else "")
+        out.append({"text": text, "sessions": g["sessions"]})
+    return out
+
+
 def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     plan = pl.read_parquet(run_dir / "plan.parquet")
     meas = pl.read_parquet(run_dir / "measurements.parquet")
@@ -197,7 +228,10 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     ops = _op_rows(decisions, meas)
     for row in ops:
         row["timeline"] = _timeline(run_dir, row["case"]) if row["case"] else None
-    failures = meas.filter(pl.col("status") != "ok").select("session", "case", "error_kind", "error").to_dicts()
+    from .run_status import run_failures
+
+    status = run_failures(run_dir)   # every failed member, every retried attempt, every stage none of whose members ran
+    failures = status["members"]
     runs = meas.filter(pl.col("wall_s").is_not_null())
     gpu_s = float((runs["wall_s"] * runs["tp"]).sum()) if runs.height else 0.0
     started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
@@ -238,6 +272,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         overlap_md=_overlap_md(s),
         layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),
         calibration=_calibration(run_dir), shape_rows=_shape_rows(run_dir, meas, ops),
+        status=status, measured_with=_measured_with(run_dir),
     )
     out.write_text(text)
     return out

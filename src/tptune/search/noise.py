@@ -160,6 +160,8 @@ def compare_points(a: dict | None, b: dict | None, *, floor: float = DEFAULT_FLO
         raise ValueError(f"tie must be 'cheaper', 'a' or 'b', got {tie!r}")
     if not out and not resolved:
         reason = reason.replace("tie:", "undecided (tie):")
+    if point_median(a) == INF and point_median(b) == INF:
+        reason, resolved = "both failed: not compared", False   # never a tie
     return Comparison(point_case(a), point_case(b), point_median(a), point_median(b), m, out, winner, reason,
                       ratio, resolved, tie_m)
 
