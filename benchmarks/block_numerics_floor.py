@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from tptune.cases import make_case
-from tptune.model import load_model
-from tptune.worker import te_backend as tb
-from tptune.worker.context import RankContext
-from tptune.worker.te_block import TeBlockBench
+from tptune.model.spec import load_model
+from tptune.measure.worker import te_backend as tb
+from tptune.measure.worker.context import RankContext
+from tptune.measure.worker.te_block import TeBlockBench
 
 
 def _grads(bench: TeBlockBench, block) -> dict:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tptune.decide import pick_best, slim
-from tptune.figures import bound, efficiency, finalists, host, pooled, wording
-from tptune.search.rounds import point_rounds
+from tptune.decide.points import slim
+from tptune.stats import bound, efficiency, host_evidence as host, wording
+from tptune.stats.rounds import point_rounds
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 FLOOR = 0.02

@@ -15,12 +15,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tptune import knob_search  # noqa: E402
+from tptune.search import knob_search  # noqa: E402
 from tptune.cases import parse_case_id  # noqa: E402
 from tptune.search.knobs import plan_next, plan_result  # noqa: E402
-from tptune.search.methods import grid_size  # noqa: E402
-from tptune.search.ubcfg import case_ub_cfgs  # noqa: E402
-from tptune.settings import load_config_files, resolve  # noqa: E402
+from tptune.te.methods import grid_size  # noqa: E402
+from tptune.te.ubcfg import case_ub_cfgs  # noqa: E402
+from tptune.settings.resolve import load_config_files, resolve  # noqa: E402
 
 ROUNDS = [1.0, 1.004, 0.998, 1.001]             # one drift shared by a session's members
 

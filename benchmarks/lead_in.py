@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from tptune.cases import make_case
-from tptune.launch import Launcher
-from tptune.search.rounds import log_ratio_interval, point_rounds
-from tptune.window_calibration import load_sharded
+from tptune.measure.launch import Launcher
+from tptune.stats.rounds import log_ratio_interval, point_rounds
+from tptune.cli.calibrate import load_sharded
 PAIR = ("none", "nocomm")
 
 

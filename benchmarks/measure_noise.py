@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from tptune.cases import make_case
-from tptune.launch import Launcher
-from tptune.settings import load_config_files, resolve
+from tptune.measure.launch import Launcher
+from tptune.settings.resolve import load_config_files, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("gpu", "events")

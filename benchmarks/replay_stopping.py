@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from tptune.cases import REFERENCE_KINDS, parse_case_id  # noqa: E402
-from tptune.search.rounds import measured_next, point_rounds, rotation, session_state, should_stop  # noqa: E402
-from tptune.workflow import read_session  # noqa: E402
+from tptune.stats.rounds import measured_next, point_rounds, rotation, session_state, should_stop  # noqa: E402
+from tptune.search.steps import read_session  # noqa: E402
 
 
 def recorded_rounds(session_dir: Path) -> tuple[dict, dict[str, dict[int, float]]]:

@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tptune.cases import parse_case_id  # noqa: E402
-from tptune.search.noise import compare_points  # noqa: E402
-from tptune.search.points import point_median  # noqa: E402
+from tptune.stats.noise import compare_points  # noqa: E402
+from tptune.records.points import point_median  # noqa: E402
 
 
 def _sessions(run_dir: Path, op: str, tp: int) -> list[tuple[Path, dict]]:

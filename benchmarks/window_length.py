@@ -50,10 +50,9 @@ import time
 from pathlib import Path
 
 from tptune.cases import make_case
-from tptune.launch import Launcher
-from tptune.search.rounds import log_ratio_interval, t975
-from tptune.window_calibration import (load_sharded, member_record, sd_interval, split_rounds,  # noqa: F401
-                                       window_value)
+from tptune.measure.launch import Launcher
+from tptune.stats.rounds import log_ratio_interval, t975
+from tptune.cli.calibrate import load_sharded, member_record, sd_interval, window_value
 
 
 

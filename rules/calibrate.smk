@@ -1,5 +1,5 @@
 # timing.window_ms: auto. One GPU measures the node's round-to-round noise at several timed windows
-# (a null pair per op, tptune.window_calibration) and chooses the window every measuring job then
+# (a null pair per op, tptune.cli.calibrate) and chooses the window every measuring job then
 # uses; the jobs read it from calibration/window.json beside the run's config.json. On CPU nothing is
 # measured (a round there has no window) and the run goes on.
 rule calibrate_window:

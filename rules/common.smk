@@ -8,8 +8,11 @@ from snakemake.exceptions import WorkflowError
 
 from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError, TptuneError
-from tptune.settings import CALIBRATION_JSON, resolve
-from tptune import workflow as wf
+from tptune.settings.resolve import CALIBRATION_JSON, resolve
+from tptune.records import run_lock
+from tptune.search import measurement as wm
+from tptune.search import steps as wf
+from tptune.settings.resolve import step_margins
 
 try:
     # A dry run only plans, and a submit host (TPTUNE_SUBMIT_ONLY=1, e.g. a Slurm login node) only
@@ -48,7 +51,7 @@ wildcard_constraints:
 # touches; the job is handed their digest and refuses a config.json that gives others. The deriving
 # jobs' params are the settings they derive with; decide and report take the whole config.
 def _measure_params(m):
-    return {"settings": json.dumps(m, sort_keys=True), "digest": wf.settings_digest(m)}
+    return {"settings": json.dumps(m, sort_keys=True), "digest": wm.settings_digest(m)}
 
 
 _PENDING = {"settings": "(after a checkpoint)", "digest": "pending"}   # the job is re-created after it
@@ -62,24 +65,24 @@ def step_measurement(wc):
         if not os.path.exists(f):
             return _PENDING
         prev = _read(f)
-    return _measure_params(wf.step_measurement(S, wc.op, int(wc.tp), wc.dim, prev))
+    return _measure_params(wm.step_measurement(S, wc.op, int(wc.tp), wc.dim, prev))
 
 
 def point_measurement(wc):
     f = f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/results.json"
     if not os.path.exists(f):
         return _PENDING
-    return _measure_params(wf.point_measurement(S, wc.op, int(wc.tp), _read(f)))
+    return _measure_params(wm.point_measurement(S, wc.op, int(wc.tp), _read(f)))
 
 
 def layer_measurement(wc):
-    return _measure_params(wf.layer_measurement(S, int(wc.tp)))
+    return _measure_params(wm.layer_measurement(S, int(wc.tp)))
 
 
 def step_derive_params(wc):
     """What a search step's record derives with besides its sessions: the op's search, the margins."""
     return json.dumps({"backend": S.backend, "search": S.op_settings(wc.op)["search"],
-                       "margins": wf.step_margins(S)}, sort_keys=True)
+                       "margins": step_margins(S)}, sort_keys=True)
 
 
 def point_derive_params(wc):

@@ -8,7 +8,7 @@
 # other measurement settings than the workflow scheduled it with.
 onstart:
     try:
-        wf.start_run(RUN_DIR, CONFIG_JSON, RESOLVED_CONFIG)
+        run_lock.start_run(RUN_DIR, CONFIG_JSON, RESOLVED_CONFIG)
     except TptuneError as exc:
         raise WorkflowError(str(exc)) from None
 

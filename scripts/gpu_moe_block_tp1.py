@@ -19,9 +19,9 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from tptune.cases import make_case  # noqa: E402
-from tptune.model import load_model  # noqa: E402
-from tptune.worker.context import RankContext  # noqa: E402
-from tptune.worker.te_block import TeBlockBench  # noqa: E402
+from tptune.model.spec import load_model  # noqa: E402
+from tptune.measure.worker.context import RankContext  # noqa: E402
+from tptune.measure.worker.te_block import TeBlockBench  # noqa: E402
 
 
 def main() -> int:

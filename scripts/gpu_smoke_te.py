@@ -57,9 +57,9 @@ def main() -> int:
     import torch
 
     from tptune.cases import make_case
-    from tptune.gpupool import count_gpus
-    from tptune.launch import Launcher
-    from tptune.settings import load_config_files, resolve, te_available
+    from tptune.measure.gpupool import count_gpus
+    from tptune.measure.launch import Launcher
+    from tptune.settings.resolve import load_config_files, resolve, te_available
 
     n_torch = torch.cuda.device_count()  # no CUDA context is created in this (client) process
     say(f"count_gpus()={count_gpus()} torch.cuda.device_count()={n_torch} te_available()={te_available()} "
@@ -130,7 +130,7 @@ def main() -> int:
             say(f"{r['case']}: max_abs_err={r['max_abs_err']} max_rel_err={r['max_rel_err']}")
     _pack(out, stage, work, rows)
     for entry in (work / "pool").rglob("srv-*.json"):  # stop the warm group now
-        from tptune.launch import WorkerGroup
+        from tptune.measure.launch import WorkerGroup
         gpus = entry.stem[4:].split("-")
         WorkerGroup(entry.parent, gpus, len(gpus), "").stop()
     ok = rows and all(r["status"] == "ok" and r["correct"] for r in rows) and len(rows) == len(cases)

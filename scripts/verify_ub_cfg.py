@@ -13,8 +13,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tptune.cases import make_case  # noqa: E402
-from tptune.launch import Launcher  # noqa: E402
-from tptune.settings import load_config_files, resolve  # noqa: E402
+from tptune.measure.launch import Launcher  # noqa: E402
+from tptune.settings.resolve import load_config_files, resolve  # noqa: E402
 
 
 def main() -> int:

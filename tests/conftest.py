@@ -25,7 +25,7 @@ def pool_dir(tmp_path):
 
 
 def base_config(pool_dir, **over):
-    from tptune.settings import deep_merge, load_config_files
+    from tptune.settings.resolve import deep_merge, load_config_files
 
     cfg = load_config_files(ROOT / "config" / "config.yaml")
     cfg["model"] = str(ROOT / "config" / "models" / "tiny.yaml")

@@ -4,7 +4,7 @@ import shutil
 
 import polars as pl
 
-from tptune.analyze import analyze_case, analyze_session, collect, session_analysis_path
+from tptune.decide.analyze import analyze_case, analyze_session, collect, session_analysis_path
 
 from conftest import FIXTURES
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tptune.answer_card import answer_card, plot_summary, summary_rows
-from tptune.cli import _settings
+from tptune.report.card import answer_card, plot_summary, summary_rows
+from tptune.cli.main import _settings
 
 RESULTS = Path(__file__).parents[1] / "results"
 

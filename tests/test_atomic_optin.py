@@ -1,7 +1,7 @@
 """Atomic GEMMs (TE's beta API) reach a worker only when the run opts in (search.atomic_gemm)."""
 from tptune.cases import make_case
-from tptune.launch import Launcher
-from tptune.settings import resolve
+from tptune.measure.launch import Launcher
+from tptune.settings.resolve import resolve
 
 from conftest import base_config
 

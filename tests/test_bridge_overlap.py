@@ -7,17 +7,17 @@ import pickle
 import shutil
 import sys
 import types
-from dataclasses import asdict, dataclass, make_dataclass
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tptune.cases import BOOL_KNOBS
-from tptune.ops import TE_GEMMS
-from tptune.search import emit
-from tptune.search.megatron_flags import block_switches, transformer_config_overrides
-from tptune.search.ubcfg import METHOD_DEFAULTS, load_preset, validate_ub_cfgs
+from tptune.model.ops import TE_GEMMS
+from tptune.emit import configs as emit
+from tptune.te.megatron_flags import block_switches, transformer_config_overrides
+from tptune.te.ubcfg import METHOD_DEFAULTS, load_preset, validate_ub_cfgs
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOBS = ROOT / "results" / "knobs-llama3-70b-x2"
@@ -139,8 +139,8 @@ def test_module_uses_the_library_classes_and_adds_the_knobs_they_lack(bridge, tm
 
 def test_rederived_run_writes_the_module_beside_the_yaml(tmp_path):
     """decide writes tp_overlap_cfg_nemo.py beside tp_comm_overlap_cfg.yaml and the overrides (te runs)."""
-    from tptune.rederive import rederive
-    from tptune.settings import resolve
+    from tptune.cli.rederive import rederive
+    from tptune.settings.resolve import resolve
 
     run = tmp_path / KNOBS.name
     shutil.copytree(KNOBS, run)

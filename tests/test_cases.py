@@ -2,8 +2,7 @@ import re
 
 import pytest
 
-from tptune.cases import (WILDCARD_CONSTRAINTS, CaseIdError, Variant, format_variant, make_case,
-                          make_override, parse_case_id)
+from tptune.cases import (WILDCARD_CONSTRAINTS, CaseIdError, Variant, format_variant, make_case, make_override, parse_case_id)
 
 IDS = [
     "qkv-tp2-none", "proj-tp4-nocomm", "fc1-tp8-chunked.n4",

@@ -7,10 +7,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tptune.cases import make_case
-from tptune.model import parse_model
-from tptune.ops import OPS, weight_shape
-from tptune.worker.context import RankContext
-from tptune.worker.torch_backend import TorchOpBench
+from tptune.model.spec import parse_model
+from tptune.model.ops import OPS, weight_shape
+from tptune.measure.worker.context import RankContext
+from tptune.measure.worker.torch_backend import TorchOpBench
 
 MC = parse_model({"hidden_size": 64, "ffn_hidden_size": 96, "num_attention_heads": 4, "num_query_groups": 2,
                   "kv_channels": 16, "swiglu": True,

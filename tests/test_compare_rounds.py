@@ -5,7 +5,11 @@ import statistics
 
 import pytest
 
-from tptune.search import compare, compare_points, cost_key, make_point, margin, next_points, result
+from tptune.stats.noise import compare, compare_points, cost_key, margin
+
+from tptune.records.points import make_point
+
+from tptune.search.bisect import next_points, result
 
 RING = "fc2-tp2-ub.te+fprop.ring"          # fc2_fprop ring (1 SM) + fc2_dgrad ring (1 SM)
 NVIDIA = "fc2-tp2-ub.nvidia_bf16_tp2"      # fc2_fprop pipeline 16 SMs + fc2_dgrad ring 1 SM

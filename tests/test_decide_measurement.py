@@ -6,8 +6,12 @@ import statistics
 
 import pytest
 
-from tptune.decide import bound_faults, measurement_summary, pick_best, tied_with
-from tptune.search import cost_key
+from tptune.decide.summary import measurement_summary
+
+from tptune.decide.points import bound_faults, tied_with
+
+from tptune.stats.pick import pick_best
+from tptune.stats.noise import cost_key
 
 FLOOR = 0.02
 SESSION = "qkv/tp2/point"
@@ -40,14 +44,14 @@ def test_cost_order_of_the_cases_used_here():
 
 # -- pick_best ---------------------------------------------------------------------------------------
 
-def _points():
+def recorded_points():
     """Leader TE at 10.0; SM8 1.2% slower (tie), SM4 3% slower (beaten), NV 0.5% slower (tie),
     RING failed. SM8 and SM4 tie with each other: ties are not transitive."""
     return [rpt(TE, 10.0), rpt(SM8, 10.12, 0.001), rpt(SM4, 10.30, 0.001), rpt(NV, 10.05, 0.001), failed(RING)]
 
 
 def test_pick_is_the_cheapest_point_the_leader_does_not_beat():
-    best, comparisons = pick_best(_points(), FLOOR)
+    best, comparisons = pick_best(recorded_points(), FLOOR)
     assert best["case"] == SM8            # SM4 is cheaper but the leader beats it beyond the margin
     assert len(comparisons) == 4
     by_b = {c["b"]["case"]: c for c in comparisons}
@@ -60,8 +64,8 @@ def test_pick_is_the_cheapest_point_the_leader_does_not_beat():
 
 
 def test_the_ties_are_not_transitive():
-    from tptune.search import compare_points
-    p = {x["case"]: x for x in _points()}
+    from tptune.stats.noise import compare_points
+    p = {x["case"]: x for x in recorded_points()}
     assert compare_points(p[TE], p[SM8], floor=FLOOR).outcome == 0
     assert compare_points(p[SM8], p[SM4], floor=FLOOR).outcome == 0
     assert compare_points(p[TE], p[SM4], floor=FLOOR).outcome == -1
@@ -69,7 +73,7 @@ def test_the_ties_are_not_transitive():
 
 @pytest.mark.parametrize("seed", range(25))
 def test_pick_does_not_depend_on_input_order(seed):
-    pts = _points()
+    pts = recorded_points()
     random.Random(seed).shuffle(pts)
     best, comparisons = pick_best(pts, FLOOR)
     assert best["case"] == SM8
@@ -86,7 +90,7 @@ def test_a_point_beaten_by_any_setting_is_not_picked():
     t["rounds"], t["round_ids"] = t["rounds"][:3], [0, 1, 2]
     t["median"] = statistics.median(t["rounds"])
     pts = [nonep, rpt(TE, 10.0, 0.04), rpt(SM8, 10.02, 0.0)]
-    from tptune.search import compare_points
+    from tptune.stats.noise import compare_points
     assert compare_points(pts[1], nonep, floor=FLOOR).outcome == 0           # undecided with the leader
     assert compare_points(pts[2], nonep, floor=FLOOR).outcome == -1          # beaten by SM8
     for order in (pts, pts[::-1]):
@@ -116,7 +120,7 @@ def test_pick_when_everything_failed_or_nothing_given():
 
 
 def test_pick_depends_on_the_floor():
-    pts = _points()
+    pts = recorded_points()
     assert pick_best(pts, 0.04)[0]["case"] == SM4      # 3% is within a 4% margin
     assert pick_best(pts, FLOOR)[0]["case"] == SM8
     assert pick_best(pts, 0.008)[0]["case"] == TE      # SM8 (1.2%) beaten; NV (0.5%) ties but is dearer
@@ -190,7 +194,7 @@ def test_tied_with_lists_the_ties_with_their_intervals():
 
 
 def test_tied_with_sample_points_has_no_interval():
-    from tptune.search import make_point
+    from tptune.records.points import make_point
     winner = make_point(SM8, [10.0] * 5)
     ties = tied_with(winner, [make_point(TE, [10.1] * 5), make_point(SM4, [12.0] * 5)], FLOOR)
     assert ties == [{"case": TE, "resolved": True}]
@@ -272,7 +276,7 @@ def test_summary_has_no_clock_without_two_clocked_canaries(tmp_path):
 
 
 def test_batch_step_finds_a_level_change_inside_one_round():
-    from tptune.decide import batch_step
+    from tptune.decide.points import batch_step
     flat = [10.0, 10.05, 9.98, 10.02] * 2                      # two rounds of four iterations
     stepped = [10.0, 10.0, 10.0, 10.0] + [10.0, 10.0, 11.5, 11.6]
     p = lambda s: {"timing": {"total_ms": {"samples": s, "rounds": [0, 0]}}}

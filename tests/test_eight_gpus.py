@@ -3,14 +3,14 @@ decision may grow to 8 (issue 6 runs on nvidia-h200-x8 when it is lent)."""
 import pytest
 
 from tptune.cases import parse_case_id
-from tptune.gpupool import GpuPool
-from tptune.ops import op_gemms
-from tptune.plan import Hardware, build_plan
-from tptune.search import ubcfg
-from tptune.search.points import make_point
+from tptune.measure.gpupool import GpuPool
+from tptune.model.ops import op_gemms
+from tptune.model.plan import Hardware, build_plan
+from tptune.te import ubcfg
+from tptune.records.points import make_point
 from tptune.search.tp_decision import TpPoints, tp_result
-from tptune.settings import load_config_files, resolve
-from tptune.workflow import dimensions, reference_cases
+from tptune.settings.resolve import load_config_files, resolve
+from tptune.search.steps import dimensions, reference_cases
 
 from conftest import ROOT
 

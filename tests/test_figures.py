@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tptune.figures import bound, efficiency, finalists, host, pooled, wording
-from tptune.search.rounds import paired_ratio, point_rounds
+from tptune.stats import bound, efficiency, finalists, host_evidence as host, pooled, wording
+from tptune.stats.rounds import paired_ratio, point_rounds
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 KNOBS = RESULTS / "knobs-llama3-70b-x2"
@@ -135,7 +135,8 @@ def test_finalists_are_faster_than_the_pick_beyond_the_noise_within_the_margin()
 
 
 def test_recorded_stability_session_keeps_significant_gains_as_finalists():
-    from tptune.decide import pick_best, slim
+    from tptune.decide.points import slim
+    from tptune.stats.pick import pick_best
 
     runs = {c: slim(p) for c, p in _point_session("stability-llama3-70b-x2-v2/rep1", "fc1").items()}
     cands = [p for c, p in runs.items() if not bound.is_bound(c)]
@@ -151,7 +152,7 @@ def test_the_block_decides_between_the_tuned_and_the_finalists_combination(tmp_p
     import statistics
     import types
 
-    from tptune.layer import layer_record
+    from tptune.decide.layer import layer_record
 
     s = types.SimpleNamespace(config={"decision": {"noise_floor": 0.02}, "layer": {"num_layers": 2}})
 
@@ -192,7 +193,7 @@ def test_block_batch_evidence_is_recorded_like_an_op_batch():
 
 
 def test_launch_keeps_the_evidence_of_each_round():
-    from tptune.launch import _round_point
+    from tptune.measure.launch import _round_point
 
     res = {"reply": {"ranks": [{"rank": r, "samples": {"fwd_ms": [1.0], "bwd_ms": [2.0], "total_ms": [3.0]},
                                 "batch": {"timing": "gpu_host_ahead", "host_ms": 1.0, "host_ahead": True,

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from tptune.trace import load_trace
-from tptune.trace.classify import (AMAX_COMM, COMM, GEMM, OTHER, QUANT, classify_name, fp8_patterns,
-                                   merged_patterns)
+from tptune.trace.classify import (AMAX_COMM, COMM, GEMM, OTHER, QUANT, classify_name, fp8_patterns, merged_patterns)
 from tptune.trace.metrics import rank_metrics
 
 # Kernel names as Kineto writes them (TE 2.20 kernels, see trace/classify.py; NCCL >= 2.19).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tptune.search.fp8 import check_no_fp8_knobs, strip_fp8_knobs, validate_fp8_ub_cfgs
-from tptune.search.ubcfg import load_preset, te_default_ub_cfgs, validate_ub_cfgs
+from tptune.te.fp8 import check_no_fp8_knobs, strip_fp8_knobs, validate_fp8_ub_cfgs
+from tptune.te.ubcfg import load_preset, te_default_ub_cfgs, validate_ub_cfgs
 
 RE = {"method": "ring_exchange"}
 

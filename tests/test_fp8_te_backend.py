@@ -15,7 +15,7 @@ import torch.distributed as dist
 from test_te_backend import spawn_two_ranks, start_fake_te_rank
 
 from tptune.cases import make_case
-from tptune.model import load_model
+from tptune.model.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "config" / "models" / "tiny.yaml"
@@ -73,7 +73,7 @@ def _install_fp8_fakes(state: dict) -> None:
 def _rank_main(rank, world, port, case_ids, workload, perturb, te_settings, q):
     try:
         from tptune.cases import parse_case_id
-        from tptune.worker.harness import run_case
+        from tptune.measure.worker.harness import run_case
 
         state, ctx = start_fake_te_rank(rank, world, port, perturb, _install_fp8_fakes)
         mc = load_model(TINY, workload)
@@ -133,7 +133,7 @@ def test_fp8_cases_use_fp8_userbuffers_autocast_and_fp8_tolerances():
 def test_delayed_scaling_reference_runs_its_priming_passes():
     """Delayed scaling: the no-overlap reference runs REF_PRIME_ITERS fwd+bwd before the compared one
     (te_backend.REF_PRIME_ITERS); current scaling is stateless and needs none."""
-    from tptune.worker.te_backend import REF_PRIME_ITERS
+    from tptune.measure.worker.te_backend import REF_PRIME_ITERS
     n = {}
     for recipe in ("delayed", "current"):
         res = _run(["proj-tp2-ub.te"], {"dtype": "fp8", "seq_length": 64, "recipe": recipe})[0]
@@ -153,7 +153,7 @@ def test_current_scaling_recipe_and_a_large_error_still_fails():
 
 
 def test_fp8_cases_rejected_before_anything_is_built():
-    from tptune.worker import te_backend
+    from tptune.measure.worker import te_backend
 
     te_backend.REQUIRE_CUDA = False
     block = load_model(TINY, {"dtype": "fp8", "recipe": "block", "seq_length": 64})
@@ -165,7 +165,7 @@ def test_fp8_cases_rejected_before_anything_is_built():
         te_backend.check_case(make_case("fc1", 2, "none"), emu)
     delayed = load_model(TINY, {"dtype": "fp8", "seq_length": 64})
     # fp8_buf where TE ignores it, via a user's ub_cfgs file: refused before TE is imported
-    from tptune.search.ubcfg import te_default_ub_cfgs
+    from tptune.te.ubcfg import te_default_ub_cfgs
 
     bad = te_default_ub_cfgs()
     bad["qkv_fprop"]["fp8_buf"] = 1
@@ -180,7 +180,7 @@ def test_fp8_cases_rejected_before_anything_is_built():
 
 
 def test_recipe_objects_and_quantization_kwargs():
-    from tptune.worker.te_backend import make_recipe, ub_quantization_kwargs
+    from tptune.measure.worker.te_backend import make_recipe, ub_quantization_kwargs
 
     class R:
         class Format:

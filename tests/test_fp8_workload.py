@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tptune.errors import ConfigError
-from tptune.model import gpu_capability, load_model, parse_model, recipe_device_problem
-from tptune.settings import load_config_files, resolve
-from tptune.worker.context import TORCH_DTYPES
+from tptune.model.spec import gpu_capability, load_model, parse_model, recipe_device_problem
+from tptune.settings.resolve import load_config_files, resolve
+from tptune.measure.worker.context import TORCH_DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "config" / "models" / "tiny.yaml"

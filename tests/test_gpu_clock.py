@@ -2,8 +2,8 @@
 merged; and that a CPU device (or a machine without NVML) gives no sampler rather than an error."""
 import torch
 
-from tptune.worker import gpu_clock
-from tptune.worker.gpu_clock import clock_over_rounds, merge_ranks, open_clock, reason_names, summarize
+from tptune.measure.worker import gpu_clock
+from tptune.measure.worker.gpu_clock import (clock_over_rounds, merge_ranks, open_clock, reason_names, summarize)
 
 
 def test_reason_bits_have_nvml_names_and_unknown_bits_stay_visible():
@@ -47,7 +47,7 @@ def test_no_sampler_on_cpu_or_without_nvml(monkeypatch):
 
 
 def test_each_iteration_gets_the_clock_sampled_inside_its_window():
-    from tptune.worker.gpu_clock import per_window
+    from tptune.measure.worker.gpu_clock import per_window
     at = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     mhz = [1600, 1600, 1500, 1400, 1400, 1400]
     # two samples in the first window, none in the second (nearest to its middle), three in the last

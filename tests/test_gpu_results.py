@@ -5,8 +5,8 @@ import json
 import pytest
 import yaml
 
-from tptune.ops import TE_GEMMS
-from tptune.search.ubcfg import validate_ub_cfgs
+from tptune.model.ops import TE_GEMMS
+from tptune.te.ubcfg import validate_ub_cfgs
 from tptune.trace import load_trace, summarize, trace_metrics
 from tptune.trace.classify import classify
 
@@ -100,7 +100,7 @@ def test_legacy_runs_are_refused_by_rederive(tmp_path):
 
 
 def _settings(run_dir):
-    from tptune.settings import resolve
+    from tptune.settings.resolve import resolve
 
     cfg = json.loads((run_dir / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
@@ -113,7 +113,7 @@ def test_gpu_run_rederives_to_its_committed_decisions(src, tmp_path):
     the committed decisions.json (the measurements never change; only this checkout's code decides)."""
     import shutil
 
-    from tptune.rederive import rederive
+    from tptune.cli.rederive import rederive
 
     run = tmp_path / src.name
     shutil.copytree(src, run)
@@ -276,7 +276,7 @@ def test_report_says_which_op_figures_are_not_gpu_time(tmp_path):
     by this checkout; a run where every batch did (the bf16 rep3, the FP8 run as measured) gets none."""
     import shutil
 
-    from tptune.rederive import rederive
+    from tptune.cli.rederive import rederive
 
     for src, want in ((FP8_CURRENT, {"qkv", "proj"}), (STABILITY_V2 / "rep3", set()), (FP8_CURRENT, set())):
         run = tmp_path / f"{src.name}-{len(want)}"
@@ -321,8 +321,8 @@ def test_knob_runs_emit_the_reduce_scatter_dgrad_and_beat_nvidia_on_the_block():
 
 
 def _verify_ratio(folder, op, a, b):
-    from tptune.search.noise import compare_points
-    from tptune.workflow import read_session
+    from tptune.stats.noise import compare_points
+    from tptune.records.sessions import read_session
 
     _, runs = read_session(RS_DGRAD / folder / "sessions" / op / "tp2", ".")
     return compare_points(runs[f"{op}-tp2-{a}"], runs[f"{op}-tp2-{b}"], floor=0.02, tie="b").ratio
@@ -387,7 +387,7 @@ def test_recorded_steps_are_listed_and_a_longer_preroll_damps_them(tmp_path):
     150 ms, same lease: fc1 no overlap's worst within-batch step and ub.te qkv's call-to-call spread shrink."""
     import shutil
 
-    from tptune.rederive import rederive
+    from tptune.cli.rederive import rederive
 
     run = tmp_path / KNOBS.name
     shutil.copytree(KNOBS, run)
@@ -488,7 +488,7 @@ def test_the_emitted_file_still_beats_nvidia_on_the_block_with_the_window():
     0.978 [0.974, 0.982] of NVIDIA's tp2 preset over 6 rounds; every block batch counted in one attempt."""
     r = _verify_ratio("emitted-window", "layer", "ub.user1", "ub.nvidia_bf16_tp2")
     assert r.rounds == 6 and r.hi < 0.985
-    from tptune.workflow import read_session
+    from tptune.records.sessions import read_session
 
     _, runs = read_session(RS_DGRAD / "emitted-window" / "sessions" / "layer" / "tp2", ".")
     for p in runs.values():

@@ -6,9 +6,8 @@ import pytest
 
 from tptune.cases import parse_case_id
 from tptune.search.knobs import plan_next, plan_result, setting_case
-from tptune.search.methods import (atomic_pair_candidates, gemm_knob_values, grid_size, knob_candidates,
-                                   knob_config, te_candidates)
-from tptune.search.ubcfg import case_ub_cfgs, load_preset, te_default_ub_cfgs, validate_ub_cfgs
+from tptune.te.methods import (atomic_pair_candidates, gemm_knob_values, grid_size, knob_candidates, knob_config, te_candidates)
+from tptune.te.ubcfg import case_ub_cfgs, load_preset, te_default_ub_cfgs, validate_ub_cfgs
 
 ROUND_FACTORS = [1.0, 1.012, 0.991, 1.004]       # drift shared by every member of a session
 
@@ -35,7 +34,7 @@ def test_candidates_per_group_cheapest_first_and_only_where_te_reads_them():
 
 def test_every_candidate_is_a_valid_config_and_a_case_that_reproduces_it():
     base = load_preset("nvidia_bf16_tp2")
-    from tptune.search.methods import with_knob
+    from tptune.te.methods import with_knob
     for op in ("qkv", "proj", "fc1", "fc2"):
         for group, per in knob_candidates(op, 2, base, workload="fp8").items():
             for name, vals in per.items():
@@ -167,7 +166,7 @@ def test_rs_dgrad_is_a_column_dgrad_choice_that_drops_the_wgrad():
     assert c["rs_dgrad"] == {"qkv_dgrad": [0, 1]}
     assert "rs_dgrad" not in knob_candidates("proj", 2, base)
     assert "rs_dgrad" not in knob_candidates("qkv", 2, base, config={"rs_dgrad": [0]})
-    from tptune.search.methods import with_knob
+    from tptune.te.methods import with_knob
     rs = with_knob(base, "fc1_dgrad", "rs_dgrad", 1)
     assert rs["fc1_dgrad"]["method"] == "ring_exchange" and "fc1_wgrad" not in rs
     got = case_ub_cfgs(parse_case_id(setting_case("fc1", 2, rs)))      # the op's entries reproduce

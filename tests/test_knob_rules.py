@@ -3,7 +3,7 @@ the knob, refused with TE's reason where TE refuses or ignores it."""
 import pytest
 
 from tptune.cases import parse_case_id
-from tptune.search.ubcfg import case_ub_cfgs, te_default_ub_cfgs, validate_ub_cfgs
+from tptune.te.ubcfg import case_ub_cfgs, te_default_ub_cfgs, validate_ub_cfgs
 
 PIPE = {"method": "pipeline", "num_sm": 16, "cga_size": 2, "set_sm_margin": 1, "num_splits": 4}
 RING = {"method": "ring_exchange", "num_sm": 1, "cga_size": 1, "set_sm_margin": 0, "aggregate": 0, "use_ce": 1}

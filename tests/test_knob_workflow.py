@@ -12,13 +12,13 @@ import yaml
 from conftest import ROOT, base_config
 from tptune.cases import parse_case_id
 from tptune.errors import ConfigError
-from tptune.launch import write_run_json
-from tptune.search.methods import grid_size
-from tptune.search.points import make_point
-from tptune.search.ubcfg import case_ub_cfgs
-from tptune.settings import resolve
-from tptune.workflow import (dimensions, point_members, read_session, session_dir, step_cases, step_record,
-                             step_session_name)
+from tptune.measure.launch import write_run_json
+from tptune.te.methods import grid_size
+from tptune.records.points import make_point
+from tptune.te.ubcfg import case_ub_cfgs
+from tptune.settings.resolve import resolve
+from tptune.search.steps import dimensions, point_members, step_cases, step_record
+from tptune.records.sessions import read_session, session_dir, step_session_name
 
 ROUND_FACTORS = [1.0, 1.012, 0.991, 1.004]      # drift shared by every member of a session
 GPU_S = 5.0                                      # per session, as session.json records it
@@ -132,8 +132,8 @@ def test_the_tp_point_measures_the_winner_beside_the_references(tmp_path, pool_d
 def test_decisions_and_report_of_a_knob_run(tmp_path, pool_dir):
     """A whole knobs-mode run re-derived from its recorded sessions (the search steps, the TP point
     with the references and the winner) through decisions.json and report.md."""
-    from tptune.plan import Hardware, build_plan
-    from tptune.rederive import rederive
+    from tptune.model.plan import Hardware, build_plan
+    from tptune.cli.rederive import rederive
 
     s = _settings(pool_dir, ops=["proj"])
     run = tmp_path / "run"
@@ -186,7 +186,7 @@ def test_the_gpu_config_is_affordable():
     """config/gpu/h200x2-llama3-70b-knobs.yaml: 5-20 sessions per op where nothing moves."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from knob_sessions import count, flat
-    from tptune.settings import load_config_files
+    from tptune.settings.resolve import load_config_files
 
     cfg = load_config_files(ROOT / "config/config.yaml", ROOT / "config/gpu/h200x2-llama3-70b-knobs.yaml")
     s = resolve(cfg, base_dir=ROOT, check_hardware=False)

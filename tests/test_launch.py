@@ -8,9 +8,9 @@ import time
 import pytest
 
 from tptune.cases import parse_case_id
-from tptune.gpupool import GpuPool
-from tptune.launch import Launcher, classify_failure
-from tptune.settings import resolve
+from tptune.measure.gpupool import GpuPool
+from tptune.measure.launch import Launcher, classify_failure
+from tptune.settings.resolve import resolve
 
 from conftest import base_config
 
@@ -86,7 +86,7 @@ def test_gpu_pool_disjoint_and_freed_when_holder_dies(tmp_path):
     for fh in a[1] + b[1]:
         fh.close()
     # a process holding locks is killed: its GPUs are free again
-    code = ("import sys,time; sys.path.insert(0, %r); from tptune.gpupool import GpuPool; "
+    code = ("import sys,time; sys.path.insert(0, %r); from tptune.measure.gpupool import GpuPool; "
             "g = GpuPool(%r, ['0','1','2','3']).try_acquire(4); print('held', flush=True); time.sleep(60)"
             % (str(__import__('tptune').__path__[0].rsplit('/', 1)[0]), str(tmp_path / "locks")))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

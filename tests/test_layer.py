@@ -11,9 +11,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tptune.cases import CaseIdError, make_case
-from tptune.model import parse_model
-from tptune.worker.context import RankContext
-from tptune.worker.torch_block import TorchBlockBench
+from tptune.model.spec import parse_model
+from tptune.measure.worker.context import RankContext
+from tptune.measure.worker.torch_block import TorchBlockBench
 
 from conftest import ROOT
 

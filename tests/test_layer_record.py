@@ -4,8 +4,8 @@ import statistics
 import types
 from pathlib import Path
 
-from tptune.layer import layer_record
-from tptune.model import load_model
+from tptune.decide.layer import layer_record
+from tptune.model.spec import load_model
 
 DRIFT = [1.0, 1.01, 0.99, 1.0]
 TUNED, NEMO, NONE = "layer-tp2-ub.tuned_tp2", "layer-tp2-ub.nemo_tp4", "layer-tp2-none"
@@ -67,8 +67,8 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
     the block also measures the combination of each op's fastest setting, and says which it is."""
     import yaml
 
-    from tptune.layer import layer_members
-    from tptune.search.ubcfg import load_preset
+    from tptune.decide.layer import layer_members
+    from tptune.te.ubcfg import load_preset
 
     s = types.SimpleNamespace(backend="te", config={"decision": {"noise_floor": 0.02},
                                                      "search": {"te_presets": ["nvidia_bf16_tp2"]}},
@@ -102,9 +102,9 @@ def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_
     written combination is one that Megatron's switches express."""
     import yaml
 
-    from tptune.layer import layer_members
-    from tptune.search.megatron_flags import block_switches
-    from tptune.search.ubcfg import load_preset
+    from tptune.decide.layer import layer_members
+    from tptune.te.megatron_flags import block_switches
+    from tptune.te.ubcfg import load_preset
 
     s = types.SimpleNamespace(backend="te", config={"decision": {"noise_floor": 0.02}, "search": {"te_presets": []}},
                               model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16")))

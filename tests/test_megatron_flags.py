@@ -5,11 +5,8 @@ import importlib.util
 import pytest
 import yaml
 
-from tptune.search.megatron_flags import (MEGATRON_FIELDS, check_megatron, megatron_flags, overlap_cfgs,
-                                          switches_for, transformer_config_overrides,
-                                          write_megatron_flags, write_overlap_yaml,
-                                          write_transformer_config_yaml)
-from tptune.search.ubcfg import load_preset, validate_ub_cfgs
+from tptune.te.megatron_flags import (MEGATRON_FIELDS, check_megatron, megatron_flags, overlap_cfgs, switches_for, transformer_config_overrides, write_megatron_flags, write_overlap_yaml, write_transformer_config_yaml)
+from tptune.te.ubcfg import load_preset, validate_ub_cfgs
 
 UB = load_preset("nvidia_bf16_tp2")
 
@@ -101,7 +98,7 @@ def test_field_names_match_megatron_core():
 def test_benches_build_layers_under_the_emitted_switches():
     """The op bench of a reduce-scatter dgrad needs tp_comm_overlap_rs_dgrad; a block gets exactly the
     switches the override file is written from; a block Megatron cannot build is refused by name."""
-    from tptune.search.megatron_flags import block_switches, op_switches
+    from tptune.te.megatron_flags import block_switches, op_switches
 
     assert op_switches("qkv", UB) == {**MEGATRON_FIELDS, "tp_comm_overlap": True}
     ring = {k: v for k, v in UB.items() if k != "fc1_wgrad"} | {"fc1_dgrad": {"method": "ring_exchange"}}

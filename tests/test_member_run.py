@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tptune.cases import parse_case_id
-from tptune.gpupool import GpuPool
-from tptune.launch import Launcher, _failure, _round_point, assemble_member_run
-from tptune.model import load_model
+from tptune.measure.gpupool import GpuPool
+from tptune.measure.launch import Launcher, _failure, _round_point, assemble_member_run
+from tptune.model.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SESSION = "qkv/tp2/point"
@@ -135,7 +135,7 @@ def test_member_run_from_rounds(mc):
     assert la["case_s"] == pytest.approx(1.0 + 0.3 + 0.3)
     assert la["rounds"] == 3 and la["held_s"] == pytest.approx(1.0)
     json.dumps(run)                               # run.json must serialise
-    from tptune.analyze import round_costs
+    from tptune.decide.analyze import round_costs
     costs = round_costs(run)   # each timed iteration at its slowest rank; each round's longest hold
     assert costs["timed_s"] == pytest.approx((2 + 5 + 6 + 4 + 4 + 9 + 7 + 8 + 7) / 1e3)
     assert costs["hold_s"] == pytest.approx((9.0 + 5.0 + 5.0) / 1e3)
@@ -287,7 +287,7 @@ class SleepyBench:
 
 
 def test_wall_batch_on_a_fake_bench():
-    from tptune.worker.timing import wall_batch
+    from tptune.measure.worker.timing import wall_batch
 
     bench = SleepyBench()
     out = wall_batch(bench, 4)

@@ -1,14 +1,14 @@
-"""The memory estimate and the TP floor (tptune.memory) against hand calculations and published formulas."""
+"""The memory estimate and the TP floor (tptune.model.memory) against hand calculations and published formulas."""
 import json
 from fractions import Fraction
 
 import pytest
 
-from tptune import memory as M
+from tptune.model import memory as M
 from tptune.errors import ConfigError
-from tptune.memory import GIB
-from tptune.model import load_model, parse_model
-from tptune.settings import resolve
+from tptune.model.memory import GIB
+from tptune.model.spec import load_model, parse_model
+from tptune.settings.resolve import resolve
 
 from conftest import FIXTURES, ROOT, base_config
 

@@ -1,11 +1,11 @@
-"""The memory check for MoE models (tptune.memory): parameter counts against the public totals, EP/ETP
+"""The memory check for MoE models (tptune.model.memory): parameter counts against the public totals, EP/ETP
 sharding of the routed experts, the expert layout's validation, drop-less MoE activations."""
 import pytest
 
-from tptune import memory as M
+from tptune.model import memory as M
 from tptune.errors import ConfigError
-from tptune.memory import GIB
-from tptune.model import load_model
+from tptune.model.memory import GIB
+from tptune.model.spec import load_model
 
 from conftest import FIXTURES
 

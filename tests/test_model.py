@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from tptune.errors import ConfigError
-from tptune.model import load_model, parse_model
+from tptune.model.spec import load_model, parse_model
 
 from conftest import ROOT
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from tptune.errors import ConfigError
-from tptune.model import load_model, parse_model
-from tptune.ops import layer_linears, op_shapes, primary_shape
+from tptune.model.spec import load_model, parse_model
+from tptune.model.ops import layer_linears, op_shapes, primary_shape
 
 from conftest import FIXTURES
 

@@ -1,8 +1,8 @@
 import pytest
 
-from tptune.model import parse_model
-from tptune.ops import op_gemms
-from tptune.plan import Hardware, build_plan, collective_ms, gemm_ms
+from tptune.model.spec import parse_model
+from tptune.model.ops import op_gemms
+from tptune.model.plan import Hardware, build_plan, collective_ms, gemm_ms
 
 MC = parse_model({"hidden_size": 8192, "ffn_hidden_size": 28672, "num_attention_heads": 64,
                   "num_query_groups": 8, "kv_channels": 128, "swiglu": True,

@@ -1,5 +1,5 @@
 """NVIDIA's userbuffers presets as shipped in config/presets, against the values in NeMo / Megatron-Bridge."""
-from tptune.search.ubcfg import load_preset, te_default_ub_cfgs
+from tptune.te.ubcfg import load_preset, te_default_ub_cfgs
 
 
 def test_nvidia_bf16_tp2_is_nemos_b200_tp2_preset():

@@ -6,9 +6,7 @@ import statistics
 
 import pytest
 
-from tptune.search.rounds import (FUTILITY_MIN_ROUNDS, Ratio, center, could_clear, drift, measured_next,
-                                  paired_ratio, point_rounds, ratio_of, rotation, session_state, should_stop,
-                                  t975, unpaired_ratio)
+from tptune.stats.rounds import (FUTILITY_MIN_ROUNDS, Ratio, center, could_clear, drift, measured_next, paired_ratio, point_rounds, ratio_of, rotation, session_state, should_stop, t975, unpaired_ratio)
 
 M = 0.02  # the default noise floor / session margin
 

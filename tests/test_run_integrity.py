@@ -207,8 +207,8 @@ def _set(cfg, path, value):
 
 def _measurements(workdir, cfg):
     """Every session's measurement settings (what the measuring rules' params hold), for this run."""
-    from tptune import workflow as wf
-    from tptune.settings import resolve
+    from tptune.search import steps as wf
+    from tptune.settings.resolve import resolve
 
     s = resolve(cfg, base_dir=workdir, check_hardware=False)
     run = workdir / RUN
@@ -225,7 +225,7 @@ def _measurements(workdir, cfg):
 def test_every_setting_is_classified_and_only_measure_settings_change_a_measurement(run):
     """For every setting of the schema (a new one must be classified here): changing it changes some
     session's measurement settings exactly when it is a measure setting."""
-    from tptune.settings import SCHEMA
+    from tptune.settings.resolve import SCHEMA
 
     w = run["dir"]
     classified = {k for k, _, _ in SETTINGS}
@@ -324,8 +324,8 @@ def test_a_job_refuses_a_config_json_changed_under_it(run):
     cfg["timing"]["iters"] = 9
     other = w / RUN / "other-config.json"
     other.write_text(json.dumps(cfg))
-    from tptune import workflow as wf
-    from tptune.cli import _settings
+    from tptune.search import steps as wf
+    from tptune.cli.main import _settings
     before = started(w, "qkv/tp2/chunks/step0")
     expect = wf.settings_digest(wf.step_measurement(_settings(str(w / RUN / "config.json"), calibrated=False),
                                                     "qkv", 2, "chunks", None))

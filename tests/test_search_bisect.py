@@ -2,7 +2,9 @@ import math
 
 import pytest
 
-from tptune.search import make_point, next_points, result
+from tptune.records.points import make_point
+
+from tptune.search.bisect import next_points, result
 
 SMS = [1, 2, 4, 8, 16, 24, 32]
 

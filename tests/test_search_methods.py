@@ -1,6 +1,6 @@
 import pytest
 
-from tptune.search import chunk_candidates, te_candidates
+from tptune.te.methods import chunk_candidates, te_candidates
 
 
 def summary(op, config=None):

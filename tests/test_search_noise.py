@@ -2,7 +2,9 @@ import math
 
 import pytest
 
-from tptune.search import cheaper, compare, compare_points, cost_key, make_point, margin, relative_se
+from tptune.stats.noise import cheaper, compare, compare_points, cost_key, margin, relative_se
+
+from tptune.records.points import make_point
 
 
 def pt(case, median, rel=0.002, n=20):

@@ -1,6 +1,8 @@
 import pytest
 
-from tptune.search import TpPoints, hides_communication, make_point, tp_next, tp_result
+from tptune.search.tp_decision import TpPoints, hides_communication, tp_next, tp_result
+
+from tptune.records.points import make_point
 
 
 def pt(case, ms):

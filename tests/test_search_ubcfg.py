@@ -1,9 +1,8 @@
 import pytest
 
 from tptune.cases import parse_case_id
-from tptune.ops import TE_GEMMS
-from tptune.search import (case_ub_cfgs, compose_ub_cfgs, load_preset, te_default_ub_cfgs,
-                           validate_ub_cfgs)
+from tptune.model.ops import TE_GEMMS
+from tptune.te.ubcfg import (case_ub_cfgs, compose_ub_cfgs, load_preset, te_default_ub_cfgs, validate_ub_cfgs)
 
 
 def test_te_defaults_cover_ten_gemms_with_te_methods():

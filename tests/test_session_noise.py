@@ -7,9 +7,9 @@ import random
 import pytest
 
 from conftest import ROOT
-from tptune.decide import measurement_summary
-from tptune.search import session_noise as sn
-from tptune.search.rounds import log_ratio_interval
+from tptune.decide.summary import measurement_summary
+from tptune.stats import session_noise as sn
+from tptune.stats.rounds import log_ratio_interval
 
 LEADER, A, B = "qkv-tp2-ub.te", "qkv-tp2-none", "qkv-tp2-ub.nemo_tp4"
 

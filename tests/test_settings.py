@@ -1,7 +1,7 @@
 import pytest
 
 from tptune.errors import ConfigError
-from tptune.settings import resolve
+from tptune.settings.resolve import resolve
 
 from conftest import base_config
 
@@ -51,7 +51,7 @@ def test_schema_types(pool_dir):
 def test_gpu_overlay_merges_over_the_x2_config():
     """config/gpu/no-layer.yaml over the x2 config, as scripts/device_workflow.sh passes it (EXTRA_CONFIG)."""
     from conftest import ROOT
-    from tptune.settings import load_config_files
+    from tptune.settings.resolve import load_config_files
 
     cfg = load_config_files(*(ROOT / p for p in ("config/config.yaml", "config/gpu/h200x2-llama3-70b.yaml",
                                                  "config/gpu/no-layer.yaml")))

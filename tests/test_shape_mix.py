@@ -12,11 +12,11 @@ import yaml
 
 from conftest import ROOT
 from tptune.cases import make_case
-from tptune.launch import _round_point
-from tptune.model import parse_model
-from tptune.ops import op_mix
-from tptune.worker.context import RankContext
-from tptune.worker.torch_backend import TorchOpBench
+from tptune.measure.launch import _round_point
+from tptune.model.spec import parse_model
+from tptune.model.ops import op_mix
+from tptune.measure.worker.context import RankContext
+from tptune.measure.worker.torch_backend import TorchOpBench
 
 TP = 2
 SETTINGS = {"backend": "torch", "timing": {"warmup": 1, "iters": 4, "mode": "gpu"}}
@@ -33,7 +33,7 @@ def _dense():
 
 
 def _worker(rank, init_file, out_dir, results):
-    from tptune.worker.harness import run_case
+    from tptune.measure.worker.harness import run_case
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=TP)
     ctx = RankContext(rank, TP, rank, torch.device("cpu"), dist.group.WORLD, dist.group.WORLD)
     out = {}

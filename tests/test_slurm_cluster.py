@@ -229,7 +229,7 @@ def test_failed_case_recorded_rest_finishes(slurm_run):
 
 
 def test_safety_environment_in_every_slurm_case(slurm_run):
-    from tptune.envinfo import SAFE_ENV
+    from tptune.measure.envinfo import SAFE_ENV
     for r in _runs(slurm_run["run"]):
         if r["status"] != "ok":
             continue

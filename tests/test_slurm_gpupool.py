@@ -1,8 +1,8 @@
 """GPU ids from the scheduler: inside a Slurm allocation the pool is what Slurm granted, never more."""
 import pytest
 
-from tptune import gpupool
-from tptune.gpupool import GpuPool, available_ids, pool_scope, scheduler_gpu_ids, slurm_allocation
+from tptune.measure import gpupool
+from tptune.measure.gpupool import GpuPool, available_ids, pool_scope, scheduler_gpu_ids, slurm_allocation
 
 
 def test_outside_slurm_nothing_is_granted():

@@ -5,9 +5,9 @@ import math
 import types
 
 from tptune.search import bisect
-from tptune.search.noise import compare_points
-from tptune.search.rounds import Ratio, session_state
-from tptune.workflow import step_margins
+from tptune.stats.noise import compare_points
+from tptune.stats.rounds import Ratio, session_state
+from tptune.settings.resolve import step_margins
 
 from test_rounds import rpt
 
@@ -88,7 +88,7 @@ def test_default_config_sets_the_step_margin_and_the_schema_checks_it(tmp_path):
     import pytest
 
     from tptune.errors import ConfigError
-    from tptune.settings import load_config_files, resolve
+    from tptune.settings.resolve import load_config_files, resolve
 
     from conftest import ROOT
     cfg = load_config_files(str(ROOT / "config" / "config.yaml"))
@@ -105,7 +105,7 @@ def _step(compared, kept, ratio, lo, hi, outcome, rounds=4):
 
 
 def test_runner_up_is_the_last_value_compared_with_the_best_inside_the_floor():
-    from tptune.workflow import runner_up
+    from tptune.search.steps import runner_up
 
     # x2 qkv wgrad.bulk (this session's rep2): 8 kept at the 1% step margin, inside the 2% floor
     path = [_step([8, 16], [1, 8], 0.994, 0.984, 1.005, 0), _step([2, 4], [4, 8], 1.262, 1.204, 1.323, 1),
@@ -124,7 +124,7 @@ def test_runner_up_is_the_last_value_compared_with_the_best_inside_the_floor():
 
 
 def test_tuned_combinations_take_the_runner_ups():
-    from tptune.workflow import tuned_cases
+    from tptune.search.steps import tuned_cases
 
     s = types.SimpleNamespace(backend="te", op_settings=lambda op: {"search": {"mode": "bisect"}})
     results = {"fprop.ring_exchange": {"best_case": "qkv-tp2-ub.te+fprop.ring"},

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, base_config
-from tptune import gpupool
+from tptune.measure import gpupool
 from tptune.errors import ConfigError
-from tptune.settings import resolve
+from tptune.settings.resolve import resolve
 
 TINY = str(ROOT / "config" / "models" / "tiny.yaml")
 TRACE = ROOT / "tests" / "fixtures" / "traces" / "te_qkv_base.rank0.pt.trace.json.gz"
@@ -140,7 +140,7 @@ def test_no_subcommand_shows_a_traceback_for_a_bad_input_file(tmp_path, capsys, 
     shape: a non-zero exit and one message, never a traceback (in-process, through main(), the
     `tptune` script's entry). Was: JSONDecodeError/KeyError tracebacks (plan, model, analyze-case,
     join-json, ...). `failed` is left to the run-integrity work (it exits 0 on a missing folder)."""
-    from tptune.cli import build_parser, main
+    from tptune.cli.main import build_parser, main
 
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.json"

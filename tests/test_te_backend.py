@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from tptune.cases import make_case
-from tptune.model import load_model
+from tptune.model.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "config" / "models" / "tiny.yaml"
@@ -35,14 +35,14 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split('.')[0] in ('transformer_engine', 'megatron'):
             raise ImportError(f'blocked {name}')
 sys.meta_path.insert(0, Block())
-from tptune.worker import te_backend
-from tptune.worker.harness import load_backend
+from tptune.measure.worker import te_backend
+from tptune.measure.worker.harness import load_backend
 assert load_backend('te') is te_backend
 assert 'transformer_engine' not in sys.modules and 'megatron' not in sys.modules
 import torch
 from tptune.cases import make_case
-from tptune.model import load_model
-from tptune.worker.context import RankContext
+from tptune.model.spec import load_model
+from tptune.measure.worker.context import RankContext
 te_backend.REQUIRE_CUDA = False
 mc = load_model(sys.argv[1], {'dtype': 'bf16'})
 ctx = RankContext(0, 2, 0, torch.device('cpu'), None, None)
@@ -57,7 +57,7 @@ except ImportError as exc:
 
 
 def test_check_case_names_what_the_backend_cannot_run():
-    from tptune.worker.te_backend import check_case
+    from tptune.measure.worker.te_backend import check_case
 
     mc = load_model(TINY, {"dtype": "bf16"})
     with pytest.raises(ValueError, match=r"chunked\.n4.*torch"):
@@ -75,7 +75,7 @@ def test_check_case_names_what_the_backend_cannot_run():
 
 
 def test_bad_ub_knob_is_a_value_error_naming_the_gemm():
-    from tptune.worker import te_backend
+    from tptune.measure.worker import te_backend
 
     # qkv_fprop all-gathers its input: TE has no pipeline method for it.
     with pytest.raises(ValueError, match="qkv_fprop"):
@@ -241,8 +241,8 @@ def _install_fakes(state: dict) -> None:
 
 def start_fake_te_rank(rank: int, world: int, port: int, perturb: float, install) -> tuple:
     """One gloo rank with the stand-in TE/Megatron modules of ``install(state)``: (state, RankContext)."""
-    from tptune.worker import te_backend
-    from tptune.worker.context import RankContext
+    from tptune.measure.worker import te_backend
+    from tptune.measure.worker.context import RankContext
 
     state = {"ub": None, "inits": [], "destroys": 0, "mpu_inits": 0, "layers": [], "perturb": perturb}
     install(state)
@@ -255,7 +255,7 @@ def start_fake_te_rank(rank: int, world: int, port: int, perturb: float, install
 def _rank_main(rank: int, world: int, port: int, case_ids: list, perturb: float, out_dir: str, q) -> None:
     try:
         from tptune.cases import parse_case_id
-        from tptune.worker.harness import run_case
+        from tptune.measure.worker.harness import run_case
 
         state, ctx = start_fake_te_rank(rank, world, port, perturb, _install_fakes)
         from torch.distributed import distributed_c10d as c10d
@@ -359,7 +359,7 @@ def test_correctness_flags_a_wrong_overlap(tmp_path):
 def test_local_collectives_copy_locally_and_restore_torch_distributed():
     """nocomm's stand-ins: the shard into the rank's slice, a frozen first shard into the others; the
     rank's slice of a reduce-scatter's input; torch.distributed's own functions back afterwards."""
-    from tptune.worker.te_backend import LocalCollectives
+    from tptune.measure.worker.te_backend import LocalCollectives
 
     world, rank = 4, 2
     local = LocalCollectives(rank, world)
@@ -387,7 +387,7 @@ def test_local_collectives_copy_locally_and_restore_torch_distributed():
 def _nocomm_rank(rank: int, world: int, port: int, q) -> None:
     try:
         from tptune.cases import parse_case_id
-        from tptune.worker import te_backend
+        from tptune.measure.worker import te_backend
 
         _, ctx = start_fake_te_rank(rank, world, port, 0.0, _install_fakes)
         mc = load_model(TINY, {"dtype": "bf16", "seq_length": 64})
@@ -430,7 +430,7 @@ def test_nocomm_is_the_none_layer_with_local_collectives():
 
 def _floor_rank(rank: int, world: int, port: int, q) -> None:
     try:
-        from tptune.worker.te_backend import FLOOR_FACTOR, reference_result
+        from tptune.measure.worker.te_backend import FLOOR_FACTOR, reference_result
 
         _, ctx = start_fake_te_rank(rank, world, port, 0.0, _install_fakes)
         ref = {"output": torch.zeros(4), "input": torch.full((4,), 100.0)}

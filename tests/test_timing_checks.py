@@ -1,5 +1,5 @@
 """worker.timing.batch_checks: when a host-ahead batch counts (lead, or a full launch queue)."""
-from tptune.worker.timing import FED_MARGIN, SAFETY, WINDOW_MAX_ITERS, batch_checks, needed_sleep_ms, timed_iters
+from tptune.measure.worker.timing import (FED_MARGIN, SAFETY, WINDOW_MAX_ITERS, batch_checks, needed_sleep_ms, timed_iters)
 
 
 def test_lead_when_the_host_finished_before_the_hold_ended():
@@ -47,7 +47,7 @@ def test_a_host_bound_retry_shortens_the_pre_roll_and_sleeps_for_it():
     """x2, FP8 qkv under current scaling: host 4.4 ms against GPU 2.4 ms per iteration, 60 pre-roll
     iterations; the enqueue took the sleep plus ~30 ms at every sleep length. Each retry now quarters the
     pre-roll (to PREROLL_MIN) and sleeps at least what host x (iters + pre-roll) needs."""
-    from tptune.worker.timing import PREROLL_MIN, needed_sleep_ms, retry_plan
+    from tptune.measure.worker.timing import PREROLL_MIN, needed_sleep_ms, retry_plan
 
     sleep, preroll = 357.0, 60
     plan = []
@@ -62,7 +62,7 @@ def test_a_host_bound_retry_shortens_the_pre_roll_and_sleeps_for_it():
 
 
 def test_iteration_windows_place_each_iteration_in_host_time():
-    from tptune.worker.timing import iteration_windows
+    from tptune.measure.worker.timing import iteration_windows
 
     class Ev:      # a recorded event: ms after the start event (what elapsed_time reads on a GPU)
         def __init__(self, ms):
@@ -77,7 +77,7 @@ def test_iteration_windows_place_each_iteration_in_host_time():
 
 
 def test_preroll_counts_the_warm_up_and_probe_iterations_run_just_before():
-    from tptune.worker.timing import PREROLL_MAX, PREROLL_MIN, preroll_iters
+    from tptune.measure.worker.timing import PREROLL_MAX, PREROLL_MIN, preroll_iters
 
     assert preroll_iters(150, 3.6) == 42                     # qkv on x2, nothing run before
     assert preroll_iters(150, 3.6, warm_iters=6) == 36       # 22 ms of warm-up + probe already ran

@@ -1,4 +1,4 @@
-"""Traps (tptune.traps): each fires on a config that has it and stays silent on one that does not;
+"""Traps (tptune.te.traps): each fires on a config that has it and stays silent on one that does not;
 `tptune validate` prints them and refuses the errors."""
 import subprocess
 import sys
@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from tptune.errors import ConfigError
-from tptune.model import load_model, parse_model
-from tptune.settings import load_config_files, resolve
-from tptune.traps import model_traps
+from tptune.model.spec import load_model, parse_model
+from tptune.settings.resolve import load_config_files, resolve
+from tptune.te.traps import model_traps
 
 from conftest import FIXTURES, ROOT
 

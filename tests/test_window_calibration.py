@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, base_config
-from tptune.search.session_noise import resolvable_sd
-from tptune.settings import deep_merge, load_config_files, resolve
-from tptune import window_calibration as wc
+from tptune.stats.session_noise import resolvable_sd
+from tptune.settings.resolve import deep_merge, load_config_files, resolve
+from tptune.cli import calibrate as wc
 
 
 def _spelled_round(rng, n=1500, spell=300, slow=1.2) -> list[float]:
@@ -77,7 +77,7 @@ def test_the_target_is_a_share_of_what_the_round_budget_resolves():
 
 @pytest.mark.slow
 def test_calibration_runs_real_sessions_and_writes_an_overlay_the_workflow_accepts(tmp_path, pool_dir):
-    from tptune.launch import Launcher
+    from tptune.measure.launch import Launcher
 
     cfg = base_config(pool_dir, ops=["fc2"], tp_sizes=[2])
     cfg["timing"].update(iters=12, warmup=1)
@@ -147,7 +147,7 @@ def test_window_length_benchmark_shares_the_helpers():
 
 
 def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir):
-    from tptune.cli import CALIBRATION_JSON, _settings
+    from tptune.cli.main import CALIBRATION_JSON, _settings
     from tptune.errors import TptuneError
 
     cfg = base_config(pool_dir, ops=["qkv", "fc2"], tp_sizes=[2], op_settings={"fc2": {"timing": {"window_ms": 250}}})
@@ -210,7 +210,7 @@ def test_lead_in_benchmark_arithmetic_and_its_committed_h100_run():
 
 @pytest.mark.slow
 def test_a_failing_member_is_recorded_and_the_other_ops_still_calibrate(tmp_path, pool_dir):
-    from tptune.launch import Launcher
+    from tptune.measure.launch import Launcher
 
     cfg = base_config(pool_dir, ops=["qkv", "fc2"], tp_sizes=[2], faults={"fc2-tp1-nocomm": "raise:0"})
     cfg["timing"].update(iters=8, warmup=1)

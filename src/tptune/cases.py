@@ -18,8 +18,8 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from .errors import TptuneError
-from .ops import LAYER, OP_GEMMS, OPS
+from tptune.errors import TptuneError
+from tptune.model.ops import LAYER, OP_GEMMS, OPS
 
 METHODS = {"ring": "ring_exchange", "bulk": "bulk", "pipe": "pipeline"}
 METHOD_TOKENS = {v: k for k, v in METHODS.items()}

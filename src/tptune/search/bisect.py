@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from .noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
+from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 
 
 def next_points(candidates: Sequence[Hashable], measured: dict, *, floor: float = DEFAULT_FLOOR,

@@ -33,13 +33,19 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ..cases import make_case, make_override, Variant
-from ..ops import COLUMN_OPS, OP_GEMMS
-from . import bisect
-from .methods import UNIMODAL_GROUPS, current_value, gemm_knob_values, knob_config, with_knob
-from .noise import DEFAULT_FLOOR, compare_points
-from .rounds import center
-from .ubcfg import validate_ub_cfgs
+from tptune.cases import Variant, make_case, make_override
+from tptune.model.ops import COLUMN_OPS, OP_GEMMS
+from tptune.search import bisect
+from tptune.stats.noise import DEFAULT_FLOOR, compare_points
+from tptune.stats.rounds import center
+from tptune.te.methods import (
+    UNIMODAL_GROUPS,
+    current_value,
+    gemm_knob_values,
+    knob_config,
+    with_knob,
+)
+from tptune.te.ubcfg import validate_ub_cfgs
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,7 @@ def _values(name, inc, group, config, workload):
 
 
 def _bisect(op, tp, group, name, inc, vals, measured, margins, session):
-    win, floor = margins          # as workflow.step_margins gives them
+    win, floor = margins          # as settings.step_margins gives them
     pairs = {}
     while True:
         todo = bisect.next_points(vals, {}, floor=floor, pairs=pairs, win=win)

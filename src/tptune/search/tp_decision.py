@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
-from .points import INF, point_case, point_median
+from tptune.records.points import INF, point_case, point_median
+from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 
 DEFAULT_START_TP = 2
 DEFAULT_GPUS_PER_NODE = 8
@@ -75,7 +75,7 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
                 "no-overlap (bound fault: the no-collective bound is not below no overlap; no fraction computed)"}
     hidden = (none - best) / exposed if best != INF else 0.0
     eff = _efficiency(at)
-    if eff is not None:   # paired rounds of one session: the report's definition (figures.efficiency)
+    if eff is not None:   # paired rounds of one session: the report's definition (stats.efficiency)
         rec["efficiency"] = eff.to_dict()
         if eff.fault:
             return {**rec, "hidden_fraction": None, "passed": vs_none.outcome < 0,
@@ -95,7 +95,7 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
 
 
 def _efficiency(at: TpPoints):
-    from ..figures.efficiency import op_efficiency
+    from tptune.stats.efficiency import op_efficiency
 
     eff = op_efficiency(at.none, at.best, at.nocomm)
     return eff if (eff.rounds >= 2 or eff.fault) else None

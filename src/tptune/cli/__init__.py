@@ -1,0 +1,1 @@
+"""The tptune command and the stages it runs (rederive, verify, calibrate-window)."""

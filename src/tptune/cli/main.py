@@ -1,0 +1,607 @@
+"""`tptune` command line: what the Snakemake rules run, and ad-hoc analysis of traces."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from tptune.errors import TptuneError
+from tptune.settings.resolve import CALIBRATION_JSON, read_calibration
+
+
+def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_tps: list[int] | None = None,
+              recorded: bool = True):
+    """The run's settings from its config.json (or, with ``recorded=False``, from run config YAML(s)
+    layered over config/config.yaml: ``path`` may be a list). Only profiling needs the hardware the run
+    names, and only the TP sizes ``node_tps`` it profiles (default: all). ``calibrated``: a
+    ``timing.window_ms: auto`` takes the window of the run's calibration (calibration/window.json beside
+    config.json), which measuring cannot do without."""
+    from tptune.settings.resolve import is_run_record, load_run_config, resolve
+
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    if recorded and not (len(paths) == 1 and is_run_record(paths[0])):
+        raise TptuneError(f"{', '.join(map(str, paths))}: expected a run's outputs/<run>/config.json (the workflow "
+                          "writes it; this step reads the run folder beside it)" + _what_is(paths[0]))
+    cfg, source, base_dir = load_run_config(paths)
+    if not (Path(base_dir) / cfg.get("model", "")).exists() and (Path.cwd() / cfg.get("model", "")).exists():
+        base_dir = "."  # outputs copied from another machine: resolve the model from here
+    s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware, node_tps=node_tps)
+    if not (calibrated and s.window_auto):
+        return s
+    window = (read_calibration(Path(paths[0]).parent) or {}).get("window_ms")
+    if window is None:
+        if check_hardware:
+            raise TptuneError(f"timing.window_ms is auto, but {Path(paths[0]).parent / CALIBRATION_JSON} holds no "
+                              "calibrated window: the workflow's "
+                              "calibrate_window rule writes it (or give timing.window_ms in ms)")
+        return s
+    return s.with_window(window)
+
+
+def _what_is(path) -> str:
+    """What a file given in place of a run's config.json is, for the error that refuses it."""
+    path = Path(path)
+    if not path.exists():
+        return ": no such file"
+    if path.is_dir():
+        return f": a folder (a run folder holds config.json: {path / 'config.json'})" \
+            if (path / "config.json").is_file() else ": a folder"
+    if path.suffix in (".yaml", ".yml"):
+        return ": a YAML file is a run config, which `tptune validate`, `model` and `plan` take (layered over " \
+               "config/config.yaml); snakemake --configfile it to make the run"
+    return ""
+
+
+def _run_folder(path: str) -> Path:
+    """A run folder outputs/<run> (holds config.json), or a clear error naming what ``path`` is instead."""
+    run = Path(path)
+    if not run.exists():
+        raise TptuneError(f"{run}: no such folder (expected a run folder, outputs/<run>, holding config.json)")
+    if not run.is_dir():
+        raise TptuneError(f"{run}: not a folder (expected a run folder, outputs/<run>, holding config.json)")
+    if not (run / "config.json").is_file():
+        raise TptuneError(f"{run}: not a run folder: no config.json in it (the workflow writes "
+                          "outputs/<run>/config.json when a run starts)")
+    return run
+
+
+def _run_dir(a) -> Path:
+    """Every file of a run lies in the folder of its config.json (or of the output named)."""
+    return Path(a.config).parent if getattr(a, "config", None) else Path(a.out).parent
+
+
+def _read_json(path: str | Path, what: str, keys: tuple[str, ...] = ()):
+    """A JSON file the user (or the workflow) gave, or one line saying it is not ``what``."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TptuneError(f"{path}: no such file (expected {what})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TptuneError(f"{path}: not {what}: {exc}") from None
+    missing = [k for k in keys if not (isinstance(obj, dict) and k in obj)]
+    if missing:
+        raise TptuneError(f"{path}: not {what}: no {', '.join(repr(k) for k in missing)} in it")
+    return obj
+
+
+def _write_json(path: str | Path, obj) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str))
+    tmp.replace(path)
+
+
+def _submit_only() -> bool:
+    return os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"
+
+
+def cmd_validate(a) -> int:
+    """As the workflow checks at parse time: the run config(s) over config/config.yaml (or a run's
+    config.json), the model, the cross-field rules, and this node (skipped on a submit host)."""
+    s = _settings(a.configfile, check_hardware=not _submit_only(), recorded=False)
+    m, w = s.model.model, s.model.workload
+    print(f"ok: {m.name} hidden={m.hidden_size} ffn={m.ffn_hidden_size} heads={m.num_attention_heads} "
+          f"groups={m.num_query_groups} kv={m.kv_channels} gated={m.gated_mlp} | seq={w.seq_length} "
+          f"mbs={w.micro_batch_size} {w.dtype} | backend={s.backend} device={s.device} tp={s.tp_sizes} run={s.run}"
+          + (" | hardware not checked (TPTUNE_SUBMIT_ONLY=1: its jobs check where they run)" if _submit_only() else ""))
+    from tptune.te.traps import run_traps  # what would switch TP overlap off in training (errors were refused above)
+    for t in run_traps(s.config, s.model):
+        print(t.line)
+    return 0
+
+
+def cmd_model(a) -> int:
+    s = _settings(a.config, recorded=False)
+    _write_json(a.out, s.model.to_dict())
+    return 0
+
+
+def cmd_plan(a) -> int:
+    from tptune.model.plan import Hardware, build_plan
+
+    s = _settings(a.config, recorded=False)
+    plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.config.get("hardware")), s.ops)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plan.write_parquet(out)
+    plan.write_csv(out.with_suffix(".csv"))
+    return 0
+
+
+def cmd_profile(a) -> int:
+    """One case alone (no side-by-side partner): for smoke tests and ad-hoc checks."""
+    from tptune.cases import parse_case_id
+    from tptune.measure.launch import Launcher
+
+    case = parse_case_id(a.case)
+    s = _settings(a.config, check_hardware=True, node_tps=[case.tp], recorded=False)
+    op_settings = dict(s.op_settings(case.op))
+    op_settings["fault"] = s.config.get("faults", {}).get(case.id)
+    run = Launcher(s.launcher_settings()).profile(case, s.model, Path(a.out).parent, op_settings)
+    err = run.get("error") or {}
+    print(f"{case.id}: {run['status']}" + (f" ({err.get('kind')}: {err.get('message', '')[:300]})" if err else ""))
+    return 0
+
+
+def _measured_settings(a, m_of):
+    """The measurement settings (search.measurement) of this job from the run's config.json, after
+    checking they are those the workflow scheduled it with (--expect, the digest of the rule's params):
+    a config.json changed under a scheduled job (another invocation, a hand edit) is refused, never
+    measured with. ``m_of(settings)`` builds them; the window of timing.window_ms: auto is resolved after
+    the check (the params hold "auto")."""
+    from tptune.search.measurement import settings_digest
+
+    if getattr(a, "expect", None):
+        got = settings_digest(m_of(_settings(a.config, calibrated=False)))
+        if got != a.expect:
+            raise TptuneError(f"{a.config} gives this session other measurement settings (digest {got}) than the "
+                              f"workflow scheduled it with ({a.expect}): the run's config.json changed under it; "
+                              "nothing measured (rerun snakemake with the run's config)")
+    s = _settings(a.config, check_hardware=True, node_tps=[a.tp])   # a job is granted only its TP's GPUs
+    return s, m_of(s)
+
+
+def _measure_session(s, m: dict, cases, sdir: Path, presets_dir: Path | None = None) -> dict:
+    """Measure ``cases`` side by side in one session (launch.Launcher.session), exactly as the measurement
+    settings ``m`` say (search.measurement), which session.json records. The drift canary opens the
+    sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see the
+    machine drift over a run, and a bisection step's two points are compared within their session."""
+    from tptune.cases import parse_case_id
+    from tptune.measure.launch import Launcher
+    from tptune.search.measurement import launcher_op_settings
+
+    op_settings = launcher_op_settings(m)
+    ids = {c.id for c in cases} | ({m["canary"]} if m["canary"] else set())
+    faults = {cid: f for cid, f in (s.config.get("faults") or {}).items() if cid in ids}
+    if presets_dir is not None:
+        op_settings["te"] = {"presets_dirs": [str(presets_dir.resolve())]}
+    rec = Launcher(s.launcher_settings()).session(
+        cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
+        contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
+        margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
+        always=m["always"], record={**m, **({"injected_faults": faults} if faults else {})})
+    bad = rec["failed"]
+    print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
+          + (f"; failed: {', '.join(bad)}" if bad else ""))
+    return rec
+
+
+def cmd_analyze_case(a) -> int:
+    from tptune.decide.analyze import analyze_case
+
+    _read_json(a.run_json, "a case's run.json (tptune profile or a session writes it)", ("case", "status"))
+    analyze_case(Path(a.run_json), Path(a.out))
+    return 0
+
+
+def cmd_analyze_session(a) -> int:
+    from tptune.decide.analyze import analyze_session
+
+    _read_json(Path(a.session) / "session.json", "a session's session.json (--session is the folder holding it)",
+               ("runs",))
+    analyze_session(Path(a.session), Path(a.out))
+    return 0
+
+
+def cmd_search_step(a) -> int:
+    from tptune.search.steps import step_record
+
+    s = _settings(a.config)
+    prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
+    _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a)))
+    return 0
+
+
+def cmd_measure_step(a) -> int:
+    from tptune.search.steps import step_cases
+    from tptune.search.measurement import step_measurement
+    from tptune.records.sessions import session_dir, step_session_name
+
+    prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
+    s, m = _measured_settings(a, lambda s: step_measurement(s, a.op, a.tp, a.dim, prev))
+    cases = step_cases(s, a.op, a.tp, a.dim, prev)
+    if not cases:
+        raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
+    _measure_session(s, m, cases, session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)))
+    return 0
+
+
+def cmd_measure_point(a) -> int:
+    from tptune.search.steps import point_members
+    from tptune.search.measurement import point_measurement
+    from tptune.records.sessions import session_dir
+
+    run_dir = _run_dir(a)
+    results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
+    s, m = _measured_settings(a, lambda s: point_measurement(s, a.op, a.tp, results))
+    members, _ = point_members(s, a.op, a.tp, results)
+    _measure_session(s, m, members, session_dir(run_dir, a.op, a.tp, "point"))
+    return 0
+
+
+def cmd_tp_point(a) -> int:
+    from tptune.decide.points import tp_point
+
+    s = _settings(a.config)
+    _write_json(a.out, tp_point(s, a.op, a.tp, _run_dir(a)))
+    return 0
+
+
+def cmd_layer(a) -> int:
+    """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
+    from tptune.decide.layer import layer_members, layer_record, presets_dir, write_layer
+    from tptune.search.measurement import layer_measurement
+
+    run_dir = _run_dir(a)
+    if a.measure:
+        s, m = _measured_settings(a, lambda s: layer_measurement(s, a.tp))
+    else:
+        s, m = _settings(a.config), None
+    points = {op: json.loads((run_dir / "search" / op / f"tp{a.tp}" / "point.json").read_text()) for op in s.ops}
+    members, tuned = layer_members(s, a.tp, points, run_dir)
+    if a.measure:
+        m = {**m, "members": [c.id for c in members], "always": [tuned.id]}
+        _measure_session(s, m, members, run_dir / "sessions" / "layer" / f"tp{a.tp}", presets_dir=presets_dir(run_dir))
+    write_layer(Path(a.out), layer_record(s, a.tp, run_dir, tuned.id))
+    return 0
+
+
+def cmd_tp_step(a) -> int:
+    from tptune.decide.tp import tp_step
+    from tptune.decide.points import with_verdict
+
+    s = _settings(a.config)
+    points = {pt["tp"]: with_verdict(_run_dir(a), pt)
+              for pt in (_read_json(p, "a TP point's point.json (--points)", ("tp",)) for p in a.points)}
+    _write_json(a.out, tp_step(s, a.op, a.tp, points, _run_dir(a)))
+    return 0
+
+
+def cmd_decide(a) -> int:
+    from tptune.decide.answer import decide
+
+    s = _settings(a.config)
+    decide(s, _run_dir(a), [Path(p) for p in a.decisions])
+    return 0
+
+
+def cmd_collect(a) -> int:
+    from tptune.decide.analyze import collect
+
+    collect(_run_dir(a), [Path(p) for p in a.sessions], Path(a.out))
+    return 0
+
+
+def cmd_report(a) -> int:
+    from tptune.report.render import render_report
+
+    s = _settings(a.config)
+    render_report(s, _run_dir(a), Path(a.out))
+    return 0
+
+
+def cmd_join_json(a) -> int:
+    _write_json(a.out, [_read_json(p, "a JSON file") for p in a.inputs])
+    return 0
+
+
+def cmd_rederive(a) -> int:
+    from tptune.cli.rederive import check_recorded, rederive
+
+    run = _run_folder(a.run_dir)
+    check_recorded(run)
+    s = _settings(str(run / "config.json"))
+    for note in rederive(s, Path(a.run_dir)):
+        print(note)
+    print(f"re-derived {a.run_dir}")
+    return 0
+
+
+def cmd_verify(a) -> int:
+    from tptune.cli.verify import format_table, run_verify
+
+    wl = {"seq_length": a.seq_length, "micro_batch_size": a.micro_batch_size, "dtype": a.dtype}
+    res = run_verify(a.model, a.tp, a.cfg or [], workload=wl, config_files=a.config or [], layers=a.layers,
+                     ops=a.ops, out_dir=a.work_dir)
+    print(format_table(res))
+    if a.json:
+        _write_json(a.json, res)
+    bad = [r for sess in [res["block"], *(res.get("ops") or {}).values()] for r in sess["rows"]
+           if r["status"] != "ok" or r["numerics"] is False]
+    return 1 if bad else 0
+
+
+def cmd_calibrate_window(a) -> int:
+    """Choose timing.window_ms for this machine (window_calibration) and write the overlay to use it; with
+    --run-config, the workflow's calibrate_window rule (timing.window_ms: auto)."""
+    from tptune.measure.launch import Launcher
+    from tptune.cli.calibrate import (analyse, calibrate, format_table, load_sharded, not_measured, write_calibration)
+
+    if a.source:
+        try:
+            rec = analyse(json.loads(Path(a.source).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TptuneError(f"--from {a.source}: not a calibration record (window.json): {exc}") from None
+        print(format_table(rec))
+        if a.out:
+            print(f"wrote {', '.join(str(p) for p in write_calibration(rec, Path(a.out)) if p)}")
+        return 0
+    if a.run_config and a.config:
+        raise TptuneError("give the run's config file(s) or --run-config (a run's config.json), not both")
+    if a.run_config:
+        s = _settings(a.run_config, check_hardware=True, calibrated=False, node_tps=[1])
+        out = Path(a.out) if a.out else Path(a.run_config).parent / Path(CALIBRATION_JSON).parent
+    else:
+        s = load_sharded(a.config)[0]
+        out = Path(a.out) if a.out else Path("outputs") / s.run / Path(CALIBRATION_JSON).parent
+    try:
+        windows = sorted({float(x) for x in a.windows.split(",")})
+    except ValueError:
+        windows = []
+    if not windows or windows[0] <= 0:
+        raise TptuneError(f"--windows {a.windows!r}: expected positive milliseconds, e.g. 500,750,1000,1500")
+    if a.rounds < 3:
+        raise TptuneError(f"--rounds {a.rounds}: at least 3 (an sd from 2 rounds has one degree of freedom per op)")
+    bad = [op for op in (a.ops or []) if op not in s.ops]
+    if bad:
+        raise TptuneError(f"--ops: {', '.join(bad)} not among the run's ops ({', '.join(s.ops)})")
+    if s.device != "cuda":
+        if not a.run_config:
+            print("tptune: calibrate-window chooses the GPU's timed window (timing.window_ms); on CPU a round "
+                  "times timing.iters by wall clock and has no window", file=sys.stderr)
+            return 2
+        rec = not_measured(s, windows)     # the workflow goes on: the window is not used on CPU
+    else:
+        rec = calibrate(s, Launcher(s.launcher_settings()), candidates=windows, rounds=a.rounds, ops=a.ops or None)
+    print(format_table(rec))
+    js, overlay = write_calibration(rec, out)
+    print(f"wrote {js}" + (f" and {overlay}: add it last, e.g. snakemake --configfile <your config> {overlay}"
+                           if overlay and not a.run_config else ""))
+    return 0 if rec["window_ms"] is not None else 1
+
+
+def cmd_failed(a) -> int:
+    """The measuring outputs of the sessions with a failed setting, for snakemake -R (run_status): a
+    setting is re-measured with the settings it is compared to, never alone."""
+    from tptune.records.run_status import failed_outputs
+
+    for f in failed_outputs(Path(a.run_dir)):
+        print(f)
+    return 0
+
+
+def cmd_check_run(a) -> int:
+    """The workflow's last job: the run ends non-zero when a stage had no successful member (the report,
+    written before, says which at its top)."""
+    from tptune.records.run_status import check_run_dir, run_failures
+
+    run_dir = check_run_dir(Path(a.run_dir))
+    stages = run_failures(run_dir)["stages"]
+    for st in stages:
+        print(f"tptune: {st['stage']} failed: none of its {st['members']} settings was measured ({st['reason']})",
+              file=sys.stderr)
+    if stages:
+        print(f"tptune: {run_dir}/report.md says so at its top; fix the cause, then re-measure with "
+              f"snakemake -R $(tptune failed {run_dir})", file=sys.stderr)
+        return 1
+    _write_json(a.out, {"ok": True})
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="tptune", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    user_config = ("a run config YAML, layered over config/config.yaml as snakemake --configfile is (repeat "
+                   "to layer several), or a run's outputs/<run>/config.json")
+    p = sub.add_parser("validate", help="check a run config and its model before anything runs, as the "
+                                        "workflow does (TPTUNE_SUBMIT_ONLY=1: without this node's hardware)")
+    p.add_argument("configfile", nargs="+", help="run config YAML(s), layered over config/config.yaml in order, "
+                                                 "or a run's outputs/<run>/config.json")
+    p.set_defaults(fn=cmd_validate)
+
+    p = sub.add_parser("model", help="write the resolved model and workload (JSON)")
+    p.add_argument("--config", required=True, action="append", help=user_config)
+    p.add_argument("--out", required=True, help="the JSON file to write")
+    p.set_defaults(fn=cmd_model)
+
+    p = sub.add_parser("plan", help="analytic plan: shapes, FLOPs, bytes, estimates")
+    p.add_argument("--config", required=True, action="append", help=user_config)
+    p.add_argument("--out", required=True, help="the plan's .parquet (a .csv is written beside it)")
+    p.set_defaults(fn=cmd_plan)
+
+    p = sub.add_parser("profile", help="measure one case (writes run.json even on failure)")
+    p.add_argument("--config", required=True, action="append", help=user_config)
+    p.add_argument("--case", required=True)
+    p.add_argument("--out", required=True, help="path of the case's run.json")
+    p.set_defaults(fn=cmd_profile)
+
+    p = sub.add_parser("analyze-case", help="trace metrics of one case")
+    p.add_argument("--run-json", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_analyze_case)
+
+    p = sub.add_parser("search-step", help="one step of one binary search: from its recorded session, "
+                                           "decide what comes next")
+    for k in ("config", "op", "dim", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--step", type=int, required=True)
+    p.add_argument("--prev")
+    p.set_defaults(fn=cmd_search_step)
+
+    for name, fn, doc in (("measure-step", cmd_measure_step, "measure one search step's points side by side"),
+                          ("measure-point", cmd_measure_point, "measure one TP point's settings side by side")):
+        p = sub.add_parser(name, help=doc)
+        for k in ("config", "op"):
+            p.add_argument(f"--{k}", required=True)
+        p.add_argument("--tp", type=int, required=True)
+        p.add_argument("--expect", help="digest of the measurement settings the workflow scheduled (refused "
+                                        "when the run's config.json gives others)")
+        if name == "measure-step":
+            p.add_argument("--dim", required=True)
+            p.add_argument("--step", type=int, required=True)
+            p.add_argument("--prev")
+        p.set_defaults(fn=fn)
+
+    p = sub.add_parser("tp-point", help="best setting of one op at one TP, from its recorded session: the "
+                                        "references, the searches' winners and the tuned combinations")
+    for k in ("config", "op", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.set_defaults(fn=cmd_tp_point)
+
+    p = sub.add_parser("layer", help="the layer stage of one TP: the tuned combination, TE defaults, presets "
+                                     "and no overlap on a whole transformer block, side by side")
+    for k in ("config", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--no-measure", dest="measure", action="store_false")
+    p.add_argument("--expect", help="digest of the measurement settings the workflow scheduled")
+    p.set_defaults(fn=cmd_layer)
+
+    p = sub.add_parser("analyze-session", help="trace metrics of every setting of one session")
+    p.add_argument("--session", required=True, help="the session folder (holds session.json)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_analyze_session)
+
+    p = sub.add_parser("tp-step", help="one step of the TP decision of one op")
+    for k in ("config", "op", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--points", nargs="+", required=True)
+    p.set_defaults(fn=cmd_tp_step)
+
+    p = sub.add_parser("collect", help="all sessions' measurements and trace metrics in one table")
+    p.add_argument("--out", required=True, help="measurements.parquet in the run folder")
+    p.add_argument("--sessions", nargs="+", required=True, help="session.json files")
+    p.set_defaults(fn=cmd_collect)
+
+    p = sub.add_parser("decide", help="decisions.json and the config files users load")
+    p.add_argument("--config", required=True)
+    p.add_argument("--decisions", nargs="+", required=True)
+    p.set_defaults(fn=cmd_decide)
+
+    p = sub.add_parser("report", help="render report.md")
+    for k in ("config", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("join-json", help="a JSON list of several JSON files (search bookkeeping)")
+    p.add_argument("--out", required=True)
+    p.add_argument("inputs", nargs="+")
+    p.set_defaults(fn=cmd_join_json)
+
+    p = sub.add_parser("rederive", help="re-derive a run's decisions, configs and report from its recorded "
+                                        "sessions (no GPU)")
+    p.add_argument("run_dir", help="the run folder, outputs/<run> (holds config.json and sessions/)")
+    p.set_defaults(fn=cmd_rederive)
+
+    p = sub.add_parser("verify", help="time and check --tp-comm-overlap-cfg files on this node's GPUs, on a "
+                                      "whole transformer block, against no overlap, TE defaults and presets")
+    p.add_argument("--model", required=True, help="Megatron-style YAML or Hugging Face config.json")
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--cfg", action="append", help="a --tp-comm-overlap-cfg YAML (repeatable)")
+    p.add_argument("--seq-length", type=int)
+    p.add_argument("--micro-batch-size", type=int)
+    p.add_argument("--dtype")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--ops", action="store_true", help="also time each linear op alone")
+    p.add_argument("--config", action="append", help="run config(s) merged over config/config.yaml (launcher, "
+                                                     "timing, presets)")
+    p.add_argument("--json", help="write the result here")
+    p.add_argument("--work-dir", help="keep the sessions here (default: a temporary folder)")
+    p.set_defaults(fn=cmd_verify)
+
+    p = sub.add_parser("calibrate-window", help="measure this machine's round-to-round noise at several timed "
+                                                "windows and choose timing.window_ms (writes a config overlay)")
+    p.add_argument("config", nargs="*", help="run config(s) merged over config/config.yaml")
+    p.add_argument("--windows", default="500,750,1000,1500", help="candidate windows, ms (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=8, help="alternating rounds per op (default %(default)s)")
+    p.add_argument("--ops", type=lambda t: t.split(","), help="comma-separated ops (default: the run's)")
+    p.add_argument("--out", help="folder for window.json and window.yaml (default outputs/<run>/calibration)")
+    p.add_argument("--run-config", help="a run's config.json (the workflow's calibrate_window rule): its "
+                                        "calibration goes to calibration/ beside it")
+    p.add_argument("--from", dest="source", metavar="WINDOW_JSON",
+                   help="measure nothing: re-derive a recorded calibration (its window.json) with this code")
+    p.set_defaults(fn=cmd_calibrate_window)
+
+    p = sub.add_parser("failed", help="the measuring outputs of the sessions with a failed setting: "
+                                      "snakemake -R $(tptune failed outputs/<run>) re-measures them")
+    p.add_argument("run_dir")
+    p.set_defaults(fn=cmd_failed)
+
+    p = sub.add_parser("check-run", help="exit 1 when a stage of the run had no successful member")
+    p.add_argument("run_dir")
+    p.add_argument("--out", required=True, help="written when every stage had a successful member")
+    p.set_defaults(fn=cmd_check_run)
+
+    p = sub.add_parser("analyze", help="metrics of profiler traces: tptune analyze TRACE... [--json] [--plot F]",
+                       add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=None)
+    return ap
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "analyze":
+        from tptune.trace.cli import analyze_cli
+        return analyze_cli(argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.fn(args)
+
+
+def main(argv=None) -> int:
+    """Every subcommand's entry: an error in what the user gave (TptuneError, a file that cannot be
+    read), a closed pipe (``tptune analyze ... | head``) or Ctrl-C ends with one line, never a traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd = f"tptune {argv[0]}" if argv and not argv[0].startswith("-") else "tptune"
+    try:
+        return _dispatch(argv)
+    except TptuneError as exc:
+        print(f"tptune: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # the reader went away (head, less): stop quietly; point stdout at /dev/null so that Python's
+        # flush at exit does not raise again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141     # as a shell reports a process ended by SIGPIPE
+    except KeyboardInterrupt:
+        print(f"{cmd}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        print(f"{cmd}: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

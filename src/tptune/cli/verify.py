@@ -1,0 +1,142 @@
+"""tptune verify: check overlap configs on this node before a long training job.
+
+  tptune verify --model config/models/llama3-70b.yaml --tp 2 --cfg tp_comm_overlap_cfg.yaml [--cfg b.yaml]
+                [--seq-length 8192] [--micro-batch-size 1] [--dtype bf16] [--layers 2] [--ops]
+                [--config run.yaml] [--json verify.json]
+
+Each --cfg is a Megatron ``--tp-comm-overlap-cfg`` YAML (TE ub_cfgs): it is validated first (unknown
+GEMM or knob, a method or knob TE refuses for that GEMM: an error naming the file and the entry,
+before anything runs). Then the TP ranks are launched on the local GPUs (the run config's launcher:
+warm worker group, safety environment) and one session times a whole transformer block
+(``--layers`` layers of the model's real shapes) with no overlap, TE defaults, the configured presets
+and every --cfg side by side in alternating rounds, checking each overlapped block's output and input
+gradient against the no-overlap block; ``--ops`` adds one such session per linear op. It prints a
+table (block ms, ratio to no overlap and to TE defaults with 95% intervals, numerics) and writes JSON.
+
+The torch backend (no GPU) cannot run userbuffers: it validates the files and times the block with
+no overlap, the bound and the chunked method, and says so.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from tptune.cases import make_case
+from tptune.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def load_user_cfg(path: str | Path) -> dict:
+    """A --tp-comm-overlap-cfg YAML as a validated partial ub_cfgs; ConfigError naming what is wrong."""
+    from tptune.te.ubcfg import validate_ub_cfgs
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(path), ["file not found"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
+    try:
+        validate_ub_cfgs(raw, require_all=False, source=str(path))
+    except ValueError as exc:
+        raise ConfigError(str(path), [str(exc)]) from None
+    return raw
+
+
+def verify_settings(model: str, tp: int, workload: dict, config_files: list[str], layers: int):
+    from tptune.settings.resolve import deep_merge, load_config_files, resolve
+
+    cfg = load_config_files(ROOT / "config" / "config.yaml", *config_files)
+    cfg = deep_merge(cfg, {"model": str(model), "workload": {k: v for k, v in workload.items() if v is not None},
+                           "tp_sizes": [tp], "run": f"verify-tp{tp}", "layer": {"num_layers": layers}})
+    cfg["gpus_per_node"] = max(cfg.get("gpus_per_node", 8), tp)
+    return resolve(cfg, source=", ".join(config_files) or "tptune verify")
+
+
+def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | None = None,
+               config_files: list[str] = (), layers: int = 2, ops: bool = False,
+               out_dir: str | Path | None = None) -> dict:
+    from tptune.measure.launch import Launcher
+    from tptune.stats.noise import compare_points
+    from tptune.search.steps import canary_case
+    from tptune.records.sessions import read_session
+
+    s = verify_settings(model, tp, workload or {}, list(config_files), layers)
+    users = {f"user{i + 1}": (Path(f), load_user_cfg(f)) for i, f in enumerate(cfg_files)}
+    work = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="tptune-verify-"))
+    presets = work / "presets"
+    presets.mkdir(parents=True, exist_ok=True)
+    for name, (path, _) in users.items():
+        shutil.copy(path, presets / f"{name}.yaml")
+    if s.backend == "te":
+        variants = ["none", "ub.te"] + [f"ub.{p}" for p in s.config["search"].get("te_presets", [])] + \
+                   [f"ub.{n}" for n in users]
+        note = None
+    else:
+        variants = ["none", "nocomm", "chunked.n2"]
+        note = ("torch backend: userbuffers need the te backend and CUDA GPUs; the files were validated, and "
+                "the block was timed with no overlap, the bound and the chunked method")
+    launcher = Launcher(s.launcher_settings())
+    floor = s.config["decision"]["noise_floor"]
+
+    def session(op: str) -> dict:
+        members = [make_case(op, tp, v) for v in dict.fromkeys(variants)]
+        op_settings = s.op_settings(s.ops[0] if op == "layer" else op)
+        op_settings.update(check=True, layer={"num_layers": layers},
+                           te={**op_settings.get("te", {}), "presets_dirs": [str(presets.resolve())]})
+        sdir = work / "sessions" / op / f"tp{tp}"
+        rec = launcher.session(members, s.model, sdir, op_settings, session_id=f"{op}/tp{tp}",
+                               canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
+        _, runs = read_session(sdir, ".")
+        none, te = runs.get(f"{op}-tp{tp}-none"), runs.get(f"{op}-tp{tp}-ub.te")
+        rows = []
+        for cid, r in runs.items():
+            t = (r.get("timing") or {}).get("total_ms", {}).get("median")
+            row = {"case": cid, "setting": cid.split("-", 2)[2], "status": r["status"], "ms": t,
+                   "error": (r.get("error") or {}).get("message"),
+                   "numerics": (r.get("correctness") or {}).get("ok"),
+                   "file": str(users[cid.split("ub.", 1)[1]][0]) if "ub.user" in cid else None}
+            for ref_name, ref in (("vs_none", none), ("vs_te", te)):
+                if ref is not None and ref is not r and r["status"] == "ok":
+                    row[ref_name] = compare_points(r, ref, floor=floor, tie="b").to_dict()
+            rows.append(row)
+        return {"session": rec["session"], "rounds": rec["rounds"], "stop": rec["stop"], "rows": rows}
+
+    result = {"model": s.model.model.name, "tp": tp, "backend": s.backend, "layers": layers,
+              "workload": s.model.to_dict()["workload"], "note": note, "block": session("layer")}
+    if ops:
+        result["ops"] = {op: session(op) for op in s.ops}
+    return result
+
+
+def _r(cmp: dict | None) -> str:
+    r = (cmp or {}).get("ratio")
+    if not r:
+        return "–"
+    return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+
+
+def format_table(res: dict) -> str:
+    lines = [f"tptune verify: {res['model']} TP={res['tp']} ({res['backend']}), {res['layers']}-layer block, "
+             f"{res['block']['rounds']} rounds ({res['block']['stop']})"]
+    if res.get("note"):
+        lines.append(res["note"])
+    head = f"{'setting':32s} {'block ms':>9s} {'vs no overlap':>22s} {'vs TE defaults':>22s} numerics"
+    if res.get("ops"):
+        head += "  " + " ".join(f"{op:>7s}" for op in res["ops"])
+    lines.append(head)
+    per_op = {op: {r["setting"]: r for r in sess["rows"]} for op, sess in (res.get("ops") or {}).items()}
+    for row in res["block"]["rows"]:
+        name = row["setting"] + (f" ({Path(row['file']).name})" if row.get("file") else "")
+        ms = f"{row['ms']:.3f}" if row["ms"] else row["status"]
+        num = {True: "ok", False: "FAILED", None: "–"}[row["numerics"]]
+        line = f"{name:32s} {ms:>9s} {_r(row.get('vs_none')):>22s} {_r(row.get('vs_te')):>22s} {num}"
+        if per_op:
+            line += "  " + " ".join(f"{(per_op[op].get(row['setting']) or {}).get('ms') or 0:7.3f}" for op in per_op)
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""From measured points to answers: winners, TP decision, layer stage."""

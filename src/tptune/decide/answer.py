@@ -1,0 +1,165 @@
+"""The run's answer: each op's choice, the model TP, the layer stage's block winner, and the files written
+(decisions.json, the configs users load, the Megatron switches)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tptune.cases import parse_case_id
+from tptune.decide.points import (
+    best_at,
+    knob_summary,
+    pooled_pairs,
+    recorded_points,
+    setting_of,
+    tied_with,
+    ub_cfgs_at,
+)
+from tptune.decide.summary import (
+    block_host_warning,
+    measurement_summary,
+    summed_efficiency,
+)
+from tptune.decide.tp import apply_floor, memory_floor, model_tp
+from tptune.emit import configs as emit
+from tptune.model.ops import op_gemms
+from tptune.settings.resolve import Settings
+from tptune.stats.efficiency import Efficiency, op_efficiency
+from tptune.stats.finalists import finalists
+from tptune.stats.noise import compare_points
+from tptune.te import ubcfg
+
+
+def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
+    """Chosen TP and setting of one op, with runner-up and evidence. TP=1 (no tensor parallelism)
+    has no setting of its own: its evidence is the start TP's points, where no setting hid enough."""
+    floor = s.config["decision"]["noise_floor"]
+    points = recorded_points(run_dir, op, final["measured_tps"])
+    chosen = final["chosen_tp"]
+    at = points.get(chosen) or points[max((t for t in points if t <= chosen), default=min(points))]
+    winner, runner_up, comparisons = best_at(at, floor)
+    case = parse_case_id(winner["case"])
+    if chosen == 1:
+        config = {"tp": 1, "case": None, "variant": "no TP",
+                  "note": f"no overlap setting hid the communication at TP={case.tp}; "
+                          f"fastest there: {winner['case']}"}
+    else:
+        config = setting_of(case)
+    rec = emit.decisions_record(op, tp=chosen, config=config, winner=winner, runner_up=runner_up,
+                                tp_evidence=final.get("evidence", []), comparisons=comparisons,
+                                searches={f"tp{tp}/{d}": v.get("path") or [] for tp, p in points.items()
+                                          for d, v in p["searches"].items()}, floor=floor)
+    rec["session"] = at.get("session")
+    rec["rounds"] = at.get("rounds")
+    knobs = {str(tp): knob_summary(p["searches"]["knobs"]) for tp, p in points.items() if "knobs" in p["searches"]}
+    if knobs:
+        rec["knob_search"] = knobs
+    rec["vs_none"] = (compare_points(winner, at["none"], floor=floor, tie="b").to_dict()
+                      if at.get("none") and winner is not at["none"] else None)
+    rec["ties"] = tied_with(winner, [at["none"], *at["candidates"].values()], floor)
+    rec["finalists"] = finalists(winner, [p for p in [at["none"], *at["candidates"].values()] if p])
+    rec["efficiency"] = op_efficiency(at.get("none"), winner, at.get("nocomm")).to_dict()
+    rec["pooled"] = pooled_pairs(run_dir, winner, {"none": at.get("none"), "runner_up": runner_up,
+                                                   "bound": at.get("nocomm")})
+    rec["points"] = {str(tp): {"none": p["none"], "nocomm": p["nocomm"], "best": p["best"],
+                               "verdict": p["verdict"], "verdict_reason": p["verdict_reason"],
+                               "fastest": best_at(p, floor)[0]}
+                     for tp, p in points.items()}
+    return rec
+
+
+def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
+    floor = s.config["decision"]["noise_floor"]
+    records, points_by_op = {}, {}
+    for f in final_files:
+        final = json.loads(Path(f).read_text())
+        records[final["op"]] = _op_choice(s, final["op"], final, run_dir)
+        points_by_op[final["op"]] = recorded_points(run_dir, final["op"], final["measured_tps"])
+    rule_tp, tp_evidence = model_tp(s, points_by_op)
+    mem = memory_floor(s, run_dir)
+    all_tps = sorted({t for pts in points_by_op.values() for t in pts})
+    tp, ev = apply_floor(rule_tp, {**mem, "measured_tps": all_tps}, "model")
+    if ev:
+        tp_evidence = tp_evidence + [ev]
+    m, w = s.model.model, s.model.workload
+    meta = {"model": m.name, "workload": {"seq_length": w.seq_length, "micro_batch_size": w.micro_batch_size,
+                                          "dtype": w.dtype, **({"recipe": w.recipe} if w.is_fp8 else {})},
+            "precision": w.precision_label,
+            "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
+            "model_tp_evidence": tp_evidence, "memory": mem,
+            "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
+            "measurement": measurement_summary(run_dir, points_by_op, floor, s.device)}
+    meta["model_efficiency"] = summed_efficiency(records, points_by_op)
+    for e in tp_evidence:   # the model-level hiding figure: the summed ops, each capped at its bound
+        if e.get("rule") == "hides_communication" and e.get("tp") in (None, tp) and e.get("hidden_fraction") is not None:
+            e["hidden_fraction"] = meta["model_efficiency"]["value"]
+            e["efficiency"] = meta["model_efficiency"]
+            e["reason"] = (f"hides {Efficiency.from_dict(meta['model_efficiency']).shown()} of exposed "
+                           "communication (the ops summed, each capped at its bound)")
+    layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
+             if (run_dir / "layer" / f"tp{t}.json").exists()}
+    if layer:
+        from tptune.stats.pooled import block_pooled
+        for rec in layer.values():
+            rec["pooled"] = block_pooled(run_dir, rec)
+        meta["layer"] = {str(t): rec for t, rec in layer.items()}
+        block_host_warning(meta["measurement"], layer)
+    emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
+
+    def cfgs_at(t):
+        ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
+        rec = layer.get(t)
+        if rec and rec.get("numerics_failed"):
+            notes = [f"WARNING: on the block at TP={t} every overlapped setting failed the numerics check "
+                     f"against no overlap ({rec['reason']}); check numerics before training with this file"] + notes
+        if rec and s.backend == "te" and rec.get("winner"):
+            from tptune.decide.layer import presets_dir
+            win = parse_case_id(rec["winner"])
+            ub = ubcfg.load_preset(win.variant.preset, [presets_dir(run_dir)])
+            notes = [f"block-level winner at TP={t} ({rec['num_layers']} layers): {win.variant_id}: {rec['reason']}"] + notes
+        return ub, notes
+
+    for t in all_tps:  # one file per TP measured; the model TP's is tp_comm_overlap_cfg.yaml
+        ub, notes = cfgs_at(t)
+        emit.write_tp_comm_overlap_cfg(run_dir / f"tp_comm_overlap_cfg.tp{t}.yaml", ub, model=m.name,
+                                       workload=meta["workload"], tp=t, notes=notes, fp8=w.is_fp8)
+    ub, notes = cfgs_at(max(tp, all_tps[0]) if all_tps else 2)
+    if tp == 1:
+        notes.insert(0, "model-level decision: no TP (TP=1); entries are for the smallest TP measured")
+    emit.write_tp_comm_overlap_cfg(run_dir / "tp_comm_overlap_cfg.yaml", ub, model=m.name,
+                                   workload=meta["workload"], tp=max(tp, all_tps[0]) if all_tps else None,
+                                   notes=notes, fp8=w.is_fp8)
+    emit.write_ub_cfgs_json(run_dir / "ub_cfgs.json", ub, fp8=w.is_fp8)
+    _write_megatron_switches(s, run_dir, ub, meta)
+
+    choices = []
+    for op, rec in records.items():
+        n = (rec["config"] or {}).get("chunks", 1)
+        if rec["tp"] > 1:
+            choices += [(g, n) for g in op_gemms(op, rec["tp"], s.model) if g.gemm != "wgrad"]
+    chunk_notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc); "
+                   f"1 = no overlap; model {m.name}, {s.backend} backend"]
+    try:
+        shape_map = emit.chunked_shape_map(choices)
+    except ValueError as exc:
+        shape_map, chunk_notes = {"customized_cc": {}}, chunk_notes + [f"not expressible: {exc}"]
+    emit.write_chunked_cfg(run_dir / "chunked_cfg.yaml", shape_map, chunk_notes)
+    return records
+
+
+def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -> None:
+    """Megatron-LM flags and TransformerConfig overrides beside tp_comm_overlap_cfg.yaml: every op
+    overlapped with the emitted ub_cfgs (the block-level choice), the switches that express it."""
+    from tptune.te import megatron_flags as mf
+
+    if s.backend != "te":
+        return
+    try:
+        sw = mf.block_switches(ub)   # as the layer stage built the block
+    except ValueError as exc:
+        meta["megatron_switches_error"] = str(exc)
+        return
+    mf.write_megatron_flags(run_dir / "megatron_flags.txt", sw, "tp_comm_overlap_cfg.yaml")
+    mf.write_transformer_config_yaml(run_dir / mf.OVERRIDES_FILE, sw)
+    emit.write_bridge_overlap_py(run_dir / emit.BRIDGE_FILE, ub, sw, model=meta["model"],
+                                 workload=meta["workload"], fp8=s.model.workload.is_fp8)

@@ -1,0 +1,229 @@
+"""The layer stage: the per-op choices proven on a whole transformer block.
+
+Per TP measured for every op, one session (the same harness as the per-op cases: GPU time with the
+host ahead, alternating rounds, ratio intervals) times ``layer.num_layers`` transformer layers of the
+model's real shapes, fwd+bwd, slowest rank, with:
+  te:    no overlap, TE defaults, every configured preset, and the tuned combination (each op's
+         chosen userbuffers setting at that TP, written as the run's preset ``tuned_tp<N>``); where it
+         differs, also the fastest combination (each op's fastest userbuffers setting by estimate,
+         ``fastest_tp<N>``): per op, ties go to the cheaper setting, so the tuned combination can leave
+         up to the margin per op on the table; the block says whether those estimates add up;
+  torch: no overlap, the bound, and chunked.n<N> with the chunk count most ops chose.
+The block-level winner is the tuned combination unless a reference beats it beyond the margin; then
+the fastest such reference, and the report says so. The fastest combination is where the per-op
+finalists (stats.finalists: faster than the cheaper pick beyond the noise, within the margin) meet the
+block: it wins when it is faster than the tuned combination beyond the noise (tuned / fastest entirely
+above 1), within the margin or not; otherwise the tuned one stays.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from tptune.cases import Case, make_case, parse_case_id
+from tptune.model.ops import COLUMN_OPS
+from tptune.records.points import point_median
+from tptune.stats.host_evidence import summary as host_summary
+from tptune.stats.noise import compare_points
+from tptune.stats.wording import classify_ratio
+
+
+def block_layers(m, n: int) -> list[str]:
+    """What each of the block's ``n`` layers is (worker/torch_block and te_block build it so), for the report."""
+    out = []
+    for moe in m.block_pattern(n):
+        if not moe:
+            out.append("dense (attention + MLP)")
+            continue
+        shared = (f", shared expert {m.moe_shared_expert_intermediate_size} wide (fc1/fc2)"
+                  if m.moe_shared_expert_intermediate_size else "")
+        out.append(f"MoE (attention + router + {m.num_moe_experts} routed experts, top-{m.moe_router_topk}, "
+                   f"{m.moe_ffn_hidden_size} wide{shared})")
+    return out
+
+
+def presets_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "presets"
+
+
+def tuned_preset(tp: int) -> str:
+    return f"tuned_tp{tp}"
+
+
+def fastest_preset(tp: int) -> str:
+    return f"fastest_tp{tp}"
+
+
+def other_mode_preset(tp: int) -> str:
+    return f"tuned_other_dgrad_tp{tp}"
+
+
+def _megatron_expressible(cfgs: dict) -> bool:
+    from tptune.te.megatron_flags import block_switches
+
+    try:
+        block_switches(cfgs)
+    except ValueError:
+        return False
+    return True
+
+
+def _dgrad_mode(case_id: str, wl: str) -> str | None:
+    """"bulk" or "rs_dgrad" for a userbuffers setting of a column op, else None."""
+    from tptune.te.megatron_flags import op_mode
+    from tptune.te.ubcfg import case_ub_cfgs, op_entries
+
+    c = parse_case_id(case_id)
+    if c.variant.kind != "ub" or c.op not in COLUMN_OPS:
+        return None
+    return op_mode(c.op, op_entries(case_ub_cfgs(c, workload=wl), c.op))
+
+
+def _per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> list[tuple]:
+    """[(estimate ms, mode, ub_cfgs, notes)]: per dgrad mode in which every measured column op has a
+    userbuffers setting, the per-op choices with the column ops' candidates restricted to that mode.
+    The estimate sums the column ops' fastest median in that mode."""
+    from tptune.decide.points import ub_cfgs_at
+
+    wl = s.model.workload.ub_rules
+    modes = {op: {cid: _dgrad_mode(cid, wl) for cid in pts[tp]["candidates"]}
+             for op, pts in by_op.items() if op in COLUMN_OPS and tp in pts}
+    out = []
+    for mode in ("bulk", "rs_dgrad"):
+        sub, est = dict(by_op), 0.0
+        for op, of in modes.items():
+            p = by_op[op][tp]
+            cands = {cid: q for cid, q in p["candidates"].items() if of[cid] in (mode, None)}
+            in_mode = [point_median(q) for cid, q in cands.items() if of[cid] == mode]
+            in_mode = [m for m in in_mode if m != float("inf")]
+            if not in_mode:
+                break
+            est += min(in_mode)
+            sub[op] = {**by_op[op], tp: {**p, "candidates": cands}}
+        else:
+            cfgs, notes = ub_cfgs_at(s, sub, tp, floor, fastest=fastest)
+            if _megatron_expressible(cfgs):
+                out.append((est, mode, cfgs, notes))
+    if not out:
+        raise ValueError(f"TP={tp}: no dgrad mode in which qkv and fc1 both have a measured userbuffers setting")
+    return out
+
+
+def _write_preset(d: Path, name: str, cfgs: dict, notes: list[str], title: str) -> None:
+    head = "".join(f"# {n}\n" for n in [title] + notes)
+    (d / f"{name}.yaml").write_text(head + yaml.safe_dump(cfgs, sort_keys=False, default_flow_style=None))
+
+
+def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> tuple[list[Case], Case]:
+    """The block session's settings and the tuned one among them; writes the tuned preset (te)."""
+    if s.backend == "te":
+        from tptune.decide.points import ub_cfgs_at
+
+        by_op = {op: {tp: p} for op, p in points_by_op.items()}
+        floor = s.config["decision"]["noise_floor"]
+        cfgs, notes = ub_cfgs_at(s, by_op, tp, floor)
+        fast, fast_notes = ub_cfgs_at(s, by_op, tp, floor, fastest=True)
+        d = presets_dir(run_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        other = None       # (mode, ub_cfgs, notes) of the other dgrad mode's combination
+        if not _megatron_expressible(cfgs):
+            # qkv and fc1 chose different dgrad modes, which one Megatron switch cannot give: the block
+            # measures the per-op choices within each mode, the likelier one (by the ops' estimates) as tuned
+            combos = sorted(_per_mode_combos(s, by_op, tp, floor, fastest=False), key=lambda c: c[0])
+            (_, mode, cfgs, notes), *rest = combos
+            notes = [f"qkv and fc1 chose different dgrad modes (tp_comm_overlap_rs_dgrad is one switch): "
+                     f"this is the {mode} combination"] + notes
+            if rest:
+                other = rest[0][1:]
+        if not _megatron_expressible(fast):   # every combination _per_mode_combos returns is
+            _, _, fast, fast_notes = _per_mode_combos(s, by_op, tp, floor, fastest=True)[0]
+        _write_preset(d, tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:")
+        presets = s.config["search"].get("te_presets", [])
+        variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
+        if other is not None:
+            omode, ocfgs, onotes = other
+            _write_preset(d, other_mode_preset(tp), ocfgs, onotes,
+                          f"tuned combination at TP={tp} with every column op's dgrad {omode}, per op:")
+            variants.append(f"ub.{other_mode_preset(tp)}")
+        if fast != cfgs and (other is None or fast != other[1]):
+            _write_preset(d, fastest_preset(tp), fast, fast_notes,
+                          f"fastest combination at TP={tp} (each op's fastest userbuffers setting by estimate):")
+            variants.append(f"ub.{fastest_preset(tp)}")
+        tuned = make_case("layer", tp, f"ub.{tuned_preset(tp)}")
+    else:
+        chunks = [parse_case_id(p["best"]["case"]).variant.chunks for p in points_by_op.values()
+                  if p.get("best") and parse_case_id(p["best"]["case"]).variant.kind == "chunked"]
+        n = Counter(chunks).most_common(1)[0][0] if chunks else 2
+        variants = ["none", "nocomm", f"chunked.n{n}"]
+        tuned = make_case("layer", tp, f"chunked.n{n}")
+    return [make_case("layer", tp, v) for v in dict.fromkeys(variants)], tuned
+
+
+def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
+    """The block-level comparison of one TP from its recorded session."""
+    from tptune.decide.points import slim
+    from tptune.records.sessions import read_session
+
+    sess, runs = read_session(run_dir, f"sessions/layer/tp{tp}")
+    pts = {c: slim(p) for c, p in runs.items()}
+    floor = s.config["decision"]["noise_floor"]
+    tuned = pts[tuned_id]
+    rows = []
+    for cid, p in pts.items():
+        row = {"case": cid, "variant": parse_case_id(cid).variant_id, "status": p["status"],
+               "median_ms": None if point_median(p) == float("inf") else point_median(p),
+               "host_ms": (p.get("host") or {}).get("host_ms"),
+               "correct": (runs[cid].get("correctness") or {}).get("ok")}
+        row["host_batches"] = host_summary(runs[cid])
+        if cid != tuned_id:
+            cmp = compare_points(tuned, p, floor=floor, tie="a")
+            row["tuned_vs"] = cmp.to_dict()
+            t_failed, p_failed = point_median(tuned) == float("inf"), point_median(p) == float("inf")
+            if t_failed or p_failed:   # a failed side is no tie: nothing was compared
+                row["tuned_vs"]["failed"] = ("both" if t_failed and p_failed else
+                                             "the tuned setting" if t_failed else "this setting")
+            row["tuned_vs"]["words"] = classify_ratio(row["tuned_vs"].get("ratio"), floor)
+        rows.append(row)
+    kind = parse_case_id(tuned_id).variant.kind
+    # an emitted config must pass the numerics check on the block: failing settings cannot win
+    passing = [r for r in rows if r["median_ms"] and r["correct"] is not False
+               and parse_case_id(r["case"]).variant.kind == kind]
+    beaten_by = [r for r in passing if r["case"] != tuned_id and r.get("tuned_vs", {}).get("outcome") == 1]
+    finalist = [r for r in passing if r["variant"] == f"ub.{fastest_preset(tp)}"
+                and ((r.get("tuned_vs") or {}).get("ratio") or {}).get("lo", 0) > 1.0]
+    tuned_row = next(r for r in rows if r["case"] == tuned_id)
+    numerics_failed = False
+    if point_median(tuned) == float("inf") or tuned_row["correct"] is False:
+        why = "failed on the block" if point_median(tuned) == float("inf") else "failed the numerics check on the block"
+        others = [r for r in passing if r["case"] != tuned_id]
+        winner = min(others, key=lambda r: r["median_ms"])["case"] if others else None
+        numerics_failed = winner is None and tuned_row["correct"] is False
+        reason = (f"the tuned combination {why}: the file holds the fastest setting that passed, {winner}"
+                  if winner else f"the tuned combination {why} and no other overlapped setting passed on the "
+                  "block: the file holds the per-op choices, unproven (see the numerics column)")
+    elif finalist and not beaten_by:
+        winner = finalist[0]["case"]
+        reason = (f"the finalists' combination {winner} is faster than the tuned combination on the block beyond "
+                  f"the noise (tuned / it {_iv(finalist[0]['tuned_vs']['ratio'])}, within the margin or not): "
+                  "the file holds it")
+    elif beaten_by:
+        winner = min(beaten_by, key=lambda r: r["median_ms"])["case"]
+        reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
+    else:
+        winner, reason = tuned_id, "no reference beats the tuned combination on the block beyond the noise"
+    return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
+            "num_layers": int((s.config.get("layer") or {}).get("num_layers", 2)), "tuned": tuned_id,
+            "built": block_layers(s.model.model, int((s.config.get("layer") or {}).get("num_layers", 2))),
+            "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
+
+
+def _iv(r: dict) -> str:
+    return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], {r['rounds']} rounds"
+
+
+def write_layer(path: Path, rec: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rec, indent=1))

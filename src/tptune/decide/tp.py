@@ -1,0 +1,118 @@
+"""The TP decision: per op, TP step by TP step, and for the model (the four ops summed), with the memory floor."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tptune.decide.points import best_at
+from tptune.records.points import point_median
+from tptune.search import tp_decision
+from tptune.settings.resolve import Settings
+
+
+def _tp_rules(s: Settings) -> dict:
+    d = s.config["decision"]
+    return {"start_tp": s.tp_sizes[0], "gpus_per_node": s.config.get("gpus_per_node", 8),
+            "allowed_tps": s.tp_sizes, "tolerance": d["tp_tolerance"], "floor": d["noise_floor"],
+            "trust_verdict": d.get("trust_verdict", False),
+            "min_hidden_fraction": d.get("min_hidden_fraction", tp_decision.DEFAULT_MIN_HIDDEN_FRACTION)}
+
+
+def _tp_points(points: dict[int, dict]) -> dict[int, tp_decision.TpPoints]:
+    """Whether *any* overlap setting hides the communication: the fastest overlapped point is
+    judged (still against the noise margin of the no-overlap point)."""
+    return {tp: tp_decision.TpPoints(best=p.get("fastest_overlapped", p["best"]), none=p["none"],
+                                     nocomm=p["nocomm"], verdict=p["verdict"])
+            for tp, p in points.items()}
+
+
+def memory_floor(s: Settings, run_dir: Path) -> dict:
+    """The memory floor of this run (tptune.model.memory.tp_floor), with the GPU memory recorded by its
+    sessions when the machine deciding has no GPU; ``effective_tp`` is the TP the decisions may not go
+    below: the floor, or when nothing in the node fits, the TP of the smallest layout that fits."""
+    from tptune.model.memory import tp_floor_for
+
+    recorded = None
+    for p in sorted(Path(run_dir).glob("sessions/*/tp*/point/*/run.json"))[:1]:
+        recorded = (json.loads(p.read_text()).get("environment") or {}).get("gpu_memory_gib")
+    f = tp_floor_for(s, recorded_gib=recorded)
+    f["effective_tp"] = f["floor_tp"] or (f.get("smallest_layout") or {}).get("tp")
+    return f
+
+
+def apply_floor(chosen: int, floor: dict, what: str) -> tuple[int, dict | None]:
+    ft = floor.get("effective_tp")
+    if not ft or chosen >= ft:
+        return chosen, ({"rule": "memory_floor", "floor_tp": ft, "passed": True, "why": floor["why"]}
+                        if ft and ft > 1 else None)
+    return ft, {"rule": "memory_floor", "floor_tp": ft, "rule_tp": chosen, "passed": False,
+                "reason": f"{what} TP={chosen} cannot hold the model: {floor['why']}; raised to TP={ft}",
+                "measured": ft in floor.get("measured_tps", [ft])}
+
+
+def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], run_dir: Path | None = None) -> dict:
+    measured = _tp_points(points)
+    nxt = tp_decision.tp_next(op, measured, **_tp_rules(s))
+    if s.config["decision"].get("explore_all_tps"):  # evidence runs: every TP, the rule decides after
+        later = [t for t in s.tp_sizes if t > tp]
+        nxt = later[0] if later else None
+    floor = memory_floor(s, run_dir) if run_dir is not None else {}
+    ft = floor.get("effective_tp")
+    if nxt is None and ft and ft > max(points):  # measure up to the floor: the answer cannot be below it
+        later = [t for t in s.tp_sizes if max(points) < t <= ft]
+        nxt = later[0] if later else None
+    rec = {"op": op, "tp": tp, "next": nxt, "measured_tps": sorted(points)}
+    if nxt is None:
+        chosen, evidence = tp_decision.tp_result(op, measured, **_tp_rules(s))
+        floored, ev = apply_floor(chosen, {**floor, "measured_tps": sorted(points)}, op) if floor else (chosen, None)
+        rec.update({"rule_tp": chosen, "chosen_tp": floored, "evidence": evidence + ([ev] if ev else [])})
+    return rec
+
+
+def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor: float) -> dict | None:
+    """A point whose time is the sum over ops (for the model-level TP rule). Its rounds are sums of the
+    ops' rounds, round k of each op's point session (the rounds in which that op's none, bound and
+    fastest setting were all measured), so the sums of two references stay paired round by round and
+    the interval of their ratio carries every op's round-to-round noise."""
+    from tptune.records.points import make_point
+    from tptune.stats.rounds import point_rounds
+
+    chosen, total = [], 0.0
+    for pts in points_by_op.values():
+        p = pts[tp]
+        fastest = best_at(p, floor)[0]
+        q = fastest if which == "fastest" else p.get(which)
+        t = point_median(q)
+        if t == float("inf"):  # a failed reference: the sum cannot be judged (the rule says so)
+            return make_point(f"all-tp{tp}-{which}", status="failed")
+        total += t
+        refs = [fastest, p.get("none"), p.get("nocomm")]
+        common = sorted(set.intersection(*(set(point_rounds(r)) for r in refs if r))) if all(refs) else []
+        chosen.append((q, common))
+    point = make_point(f"all-tp{tp}-{which}", [total])
+    n = min((len(c) for _, c in chosen), default=0)
+    if n >= 2:
+        sums = [sum(point_rounds(q)[c[k]] for q, c in chosen) for k in range(n)]
+        point["timing"]["total_ms"].update({"rounds": sums, "round_ids": list(range(n)), "median": total})
+        point["session"] = f"sum-tp{tp}"
+    return point
+
+
+def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int, list[dict]]:
+    """One TP for the whole model (Megatron has one): the per-op TP rule applied to the sum of the
+    ops' times, over the TP sizes measured for every op."""
+    floor = s.config["decision"]["noise_floor"]
+    common = sorted(set.intersection(*(set(p) for p in points_by_op.values()))) if points_by_op else []
+    measured = {}
+    for tp in common:
+        measured[tp] = tp_decision.TpPoints(best=_summed(points_by_op, tp, "fastest", floor),
+                                            none=_summed(points_by_op, tp, "none", floor),
+                                            nocomm=_summed(points_by_op, tp, "nocomm", floor))
+    if not measured:
+        return 1, []
+    rules = dict(_tp_rules(s), allowed_tps=common, start_tp=common[0], trust_verdict=False)
+    nxt = tp_decision.tp_next("model", measured, **rules)
+    if nxt is not None:  # the rule wants a TP not measured for every op: stop at what we have
+        rules["allowed_tps"] = [t for t in common if t < nxt] or common[:1]
+    chosen, evidence = tp_decision.tp_result("model", measured, **rules)
+    return chosen, evidence

@@ -1,0 +1,271 @@
+"""Writers of the tuner's outputs: Megatron/TE overlap config, ub_cfgs JSON, the Megatron-Bridge /
+NeMo 2 overlap module, the torch backend's per-shape chunk map (seed 004 style) and per-op decision
+records for decisions.json."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
+
+from tptune import __version__
+from tptune.cases import BOOL_KNOBS
+from tptune.model.ops import TE_GEMMS, Gemm
+from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points, margin
+from tptune.records.points import INF, point_case, point_median
+from tptune.te.ubcfg import METHOD_KNOBS, validate_ub_cfgs
+
+
+def te_ub_cfgs(per_gemm: dict, workload: str = "bf16") -> dict[str, dict]:
+    """Validated ten-GEMM ub_cfgs in TE's types and order: method first, then only the knobs the
+    method uses, booleans as true/false (``workload`` "fp8" admits TE's FP8 knobs where it honours them)."""
+    validate_ub_cfgs(per_gemm, workload=workload)
+    out = {}
+    for name in TE_GEMMS:
+        if name not in per_gemm:      # a wgrad whose dgrad is a reduce-scatter (validated above)
+            continue
+        entry = per_gemm[name]
+        out[name] = {"method": entry["method"]}
+        for knob in METHOD_KNOBS[entry["method"]]:
+            if knob in entry:
+                out[name][knob] = bool(entry[knob]) if knob in BOOL_KNOBS else int(entry[knob])
+    return out
+
+
+def write_tp_comm_overlap_cfg(path: str | Path, per_gemm: dict, *, model: str | None = None,
+                              workload: str | Mapping | None = None, tp: int | None = None,
+                              notes: Iterable[str] = (), fp8: bool = False) -> Path:
+    """YAML for Megatron-LM's ``--tp-comm-overlap-cfg`` (yaml.safe_load -> TE initialize_ub
+    ub_cfgs): the ten GEMM entries, one flow mapping a line, under a header naming what it was
+    tuned for."""
+    cfgs = te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16")
+    if isinstance(workload, Mapping):
+        workload = " ".join(f"{k}={v}" for k, v in workload.items())
+    tuned = ", ".join(f"{k} {v}" for k, v in (("model", model), ("workload", workload), ("TP", tp))
+                      if v is not None)
+    header = [f"TP comm/GEMM overlap config (Transformer Engine ub_cfgs), written by tptune {__version__}",
+              "Use: Megatron-LM --tp-comm-overlap --tp-comm-overlap-cfg <this file>",
+              f"Tuned for: {tuned or 'unspecified'}", *notes]
+    body = yaml.safe_dump(cfgs, default_flow_style=None, sort_keys=False, width=10_000)
+    path = Path(path)
+    path.write_text("".join(f"# {line}\n" for line in header) + body)
+    return path
+
+
+def write_ub_cfgs_json(path: str | Path, per_gemm: dict, fp8: bool = False) -> Path:
+    """The same ten-GEMM ub_cfgs as JSON, ready for ``initialize_ub(ub_cfgs=json.load(f))``."""
+    path = Path(path)
+    path.write_text(json.dumps(te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16"), indent=2) + "\n")
+    return path
+
+
+BRIDGE_FILE = "tp_overlap_cfg_nemo.py"   # written beside tp_comm_overlap_cfg.yaml (decide)
+# Megatron-Bridge (megatron/bridge/training/comm_overlap.py) and NeMo 2
+# (nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py) hold a layer's ub_cfgs as a
+# TransformerLayerTPOverlapCfg of ten GEMM fields, each a RingExchangeOverlapCfg, PipelineOverlapCfg,
+# BulkOverlapCfg or None, and hand TE ``asdict`` of it (Bridge drops the None entries first). Their
+# dataclasses lack fields for some of TE's knobs (use_ce, the stream priorities; NeMo 2 also cga_size on
+# a ring exchange), and PipelineOverlapCfg's fp8_buf defaults to the tuple (False,), which TE reads
+# as true: the module below sets every knob explicitly and adds a field where the class has none.
+BRIDGE_CLASSES = {"ring_exchange": "RingExchangeOverlapCfg", "pipeline": "PipelineOverlapCfg",
+                  "bulk": "BulkOverlapCfg"}
+_BRIDGE_PRELUDE = '''
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
+
+try:                                            # Megatron-Bridge
+    from megatron.bridge.training.comm_overlap import (BulkOverlapCfg, PipelineOverlapCfg,
+                                                       RingExchangeOverlapCfg, TransformerLayerTPOverlapCfg)
+except ImportError:
+    try:                                        # NeMo 2
+        from nemo.collections.llm.recipes.tp_overlap_configs.userbuffers import (
+            BulkOverlapCfg, PipelineOverlapCfg, RingExchangeOverlapCfg, TransformerLayerTPOverlapCfg)
+    except ImportError:                         # neither: stand-ins, enough for ub_cfgs() and TE
+        @dataclass
+        class RingExchangeOverlapCfg:
+            method: str = "ring_exchange"
+
+        @dataclass
+        class PipelineOverlapCfg:
+            method: str = "pipeline"
+
+        @dataclass
+        class BulkOverlapCfg:
+            method: str = "bulk"
+
+        TransformerLayerTPOverlapCfg = make_dataclass("TransformerLayerTPOverlapCfg", [
+            "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad", "qkv_fprop",
+            "proj_dgrad", "fc1_fprop", "fc2_dgrad", "proj_fprop", "fc2_fprop"])
+
+
+def _overlap(base, **knobs):
+    """``base`` holding every knob given; a knob ``base`` has no field for becomes a field of a
+    subclass defined in this module (asdict, which Bridge and NeMo hand to TE, keeps it)."""
+    extra = tuple(k for k in knobs if k not in {f.name for f in fields(base)})
+    if not extra:
+        return base(**knobs)
+    name = "_".join((base.__name__, "with", *extra))
+    if name not in globals():
+        cls = make_dataclass(name, [(k, type(knobs[k]), field(default=knobs[k])) for k in extra],
+                             bases=(base,))
+        cls.__module__ = __name__
+        globals()[name] = cls
+    return globals()[name](**knobs)
+'''
+_BRIDGE_TAIL = '''
+
+def ub_cfgs() -> dict:
+    """The ub_cfgs TE's initialize_ub receives from Megatron-Bridge: asdict, None entries left out."""
+    return {name: cfg for name, cfg in asdict(tp_overlap_cfg).items() if cfg is not None}
+'''
+
+
+def bridge_overlap_source(per_gemm: dict, switches: Mapping[str, bool] | None = None, *, fp8: bool = False,
+                          header: Iterable[str] = ()) -> str:
+    """Python source of a module for Megatron-Bridge / NeMo 2: ``tp_overlap_cfg`` (their
+    TransformerLayerTPOverlapCfg of the validated ub_cfgs, None for a wgrad TE takes no entry for),
+    ``model_overrides`` (the TransformerConfig fields the overlap needs: ``switches`` as
+    megatron_flags.transformer_config_overrides writes them) and ``ub_cfgs()``. Every knob is explicit:
+    TE's default for the method where the config leaves it out, fp8_buf on a pipeline GEMM."""
+    from tptune.te.megatron_flags import transformer_config_overrides
+    from tptune.te.ubcfg import METHOD_DEFAULTS
+
+    cfgs = te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16")
+    lines = []
+    for name in TE_GEMMS:
+        if name not in cfgs:
+            lines.append(f"    {name}=None,   # reduce-scatter dgrad: TE takes no {name} entry")
+            continue
+        method = cfgs[name]["method"]
+        knobs = {k: bool(v) if k in BOOL_KNOBS else int(v) for k, v in METHOD_DEFAULTS[method].items()}
+        knobs.update((k, v) for k, v in cfgs[name].items() if k != "method")
+        if method == "pipeline":
+            knobs.setdefault("fp8_buf", False)
+        args = ", ".join(f"{k}={v!r}" for k, v in knobs.items())
+        lines.append(f"    {name}=_overlap({BRIDGE_CLASSES[method]}, {args}),")
+    overrides = transformer_config_overrides(dict(switches)) if switches is not None else {}
+    doc = [f'"""{line}' if i == 0 else line for i, line in enumerate(_BRIDGE_USAGE.splitlines())] + ['"""']
+    return ("".join(f"# {line}\n" for line in header) + "\n".join(doc) + "\n" + _BRIDGE_PRELUDE
+            + "\n\ntp_overlap_cfg = TransformerLayerTPOverlapCfg(\n" + "\n".join(lines) + "\n)\n\n"
+            + "# TransformerConfig (GPTModelProvider / NeMo GPTConfig) fields the overlap needs\n"
+            + "model_overrides = {\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in overrides.items()) + "}\n"
+            + _BRIDGE_TAIL)
+
+
+_BRIDGE_USAGE = """TP comm/GEMM overlap chosen by tptune, for Megatron-Bridge and NeMo 2.
+
+Megatron-Bridge (a ConfigContainer ``cfg``):
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+    import tp_overlap_cfg_nemo as tuned
+    cfg.comm_overlap = CommOverlapConfig(tp_comm_overlap=True, tp_comm_overlap_cfg=tuned.tp_overlap_cfg)
+    for k, v in tuned.model_overrides.items():
+        setattr(cfg.model, k, v)
+NeMo 2 (a recipe): the same overrides on ``recipe.model.config``, and the callback
+    MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=tuned.tp_overlap_cfg)
+(nemo.lightning.pytorch.callbacks.megatron_comm_overlap). Check that your NeMo drops None entries
+before TE (Bridge does) when a wgrad below is None.
+Transformer Engine alone: initialize_ub(..., ub_cfgs=tuned.ub_cfgs())."""
+
+
+def write_bridge_overlap_py(path: str | Path, per_gemm: dict, switches: Mapping[str, bool] | None = None, *,
+                            model: str | None = None, workload: str | Mapping | None = None,
+                            fp8: bool = False, notes: Iterable[str] = ()) -> Path:
+    """tp_overlap_cfg_nemo.py (bridge_overlap_source) under a header naming what it was tuned for."""
+    if isinstance(workload, Mapping):
+        workload = " ".join(f"{k}={v}" for k, v in workload.items())
+    tuned = ", ".join(f"{k} {v}" for k, v in (("model", model), ("workload", workload)) if v is not None)
+    header = [f"Written by tptune {__version__}; tuned for: {tuned or 'unspecified'}", *notes]
+    path = Path(path)
+    path.write_text(bridge_overlap_source(per_gemm, switches, fp8=fp8, header=header))
+    return path
+
+
+def chunked_shape_map(choices: Mapping[Gemm, int] | Iterable[tuple[Gemm, int]]) -> dict:
+    """Seed 004's ``{"customized_cc": {"[m, k, n]": chunks}}``, keyed by the unsplit per-rank GEMM
+    shape (Gemm.shape_key); 1 turns the overlap off for that shape. GEMMs without a collective are
+    left out. Two GEMMs of one shape with different chunk counts cannot be expressed: ValueError."""
+    items = choices.items() if isinstance(choices, Mapping) else choices
+    out: dict[str, int] = {}
+    owner: dict[str, Gemm] = {}
+    for g, n in items:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{g.op}_{g.gemm}: chunk count must be an integer >= 1, got {n!r}")
+        if g.collective == "none":
+            continue
+        key = g.shape_key
+        if key in out and out[key] != n:
+            o = owner[key]
+            raise ValueError(f"shape {key}: {o.op}_{o.gemm} wants {out[key]} chunks, "
+                             f"{g.op}_{g.gemm} wants {n}; one shape takes one chunk count")
+        out[key], owner[key] = n, g
+    return {"customized_cc": out}
+
+
+def write_chunked_cfg(path: str | Path, shape_map: dict, notes: Iterable[str] = ()) -> Path:
+    """cc_cfg.yaml-style file holding a chunked_shape_map (shape keys quoted, as seed 004 requires)."""
+    path = Path(path)
+    body = yaml.safe_dump(shape_map, sort_keys=False, default_style=None, width=10_000)
+    path.write_text("".join(f"# {line}\n" for line in notes) + body)
+    return path
+
+
+def decisions_record(op: str, *, tp: int, config: dict | None, winner: dict | None,
+                     runner_up: dict | None = None, tp_evidence: Iterable[dict] = (),
+                     comparisons: Iterable[dict] = (), searches: Mapping[str, list] | None = None,
+                     floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K) -> dict:
+    """One op's entry of decisions.json: chosen TP and config, the winning and runner-up points, the
+    noise margin between them and how much faster the winner was, the evidence records (TP rule,
+    comparisons, bisection paths) and every case id they cite."""
+    comparisons, tp_evidence = list(comparisons), list(tp_evidence)
+    searches = dict(searches or {})
+    rec = {
+        "op": op, "tp": tp, "config": config,
+        "winner": _summary(winner), "runner_up": _summary(runner_up),
+        "margin": margin(winner, runner_up, floor, k) if runner_up is not None else None,
+        "win_by": _win_by(winner, runner_up),
+        "vs_runner_up": (compare_points(winner, runner_up, floor=floor, k=k, tie="a").to_dict()
+                         if winner is not None and runner_up is not None else None),
+        "tp_evidence": tp_evidence, "comparisons": comparisons, "searches": searches,
+    }
+    rec["evidence_cases"] = sorted(_case_ids([winner, runner_up, tp_evidence, comparisons, searches]))
+    return rec
+
+
+def write_decisions_json(path: str | Path, records: Iterable[dict], meta: Mapping | None = None) -> Path:
+    """decisions.json: {"meta": ..., "ops": {op: record}} (no NaN/inf: failed times are null)."""
+    path = Path(path)
+    doc = {"meta": dict(meta or {}), "ops": {r["op"]: r for r in records}}
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def _summary(point: dict | None) -> dict | None:
+    if point is None:
+        return None
+    t = point_median(point)
+    return {"case": point_case(point), "median_ms": None if t == INF else t}
+
+
+def _win_by(winner: dict | None, runner_up: dict | None) -> float | None:
+    """(runner-up - winner) / runner-up: the winner's relative gain."""
+    a, b = point_median(winner), point_median(runner_up)
+    if winner is None or runner_up is None or INF in (a, b) or b == 0:
+        return None
+    return (b - a) / b
+
+
+def _case_ids(obj) -> set[str]:
+    """Every string under a "case" key, or in a "cases" list, anywhere in ``obj``."""
+    found: set[str] = set()
+    if isinstance(obj, Mapping):
+        for key, v in obj.items():
+            if key == "case" and isinstance(v, str):
+                found.add(v)
+            elif key == "cases" and isinstance(v, list):
+                found.update(x for x in v if isinstance(x, str))
+            else:
+                found |= _case_ids(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            found |= _case_ids(v)
+    return found

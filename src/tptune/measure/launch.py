@@ -1,0 +1,598 @@
+"""Client side of profiling: take GPUs, reach a warm worker group (or start one), run a case, write run.json.
+
+Whatever happens to the case (a rank raising, OOM, UB init failure, a hang, a dying rank), a run.json
+with status "failed" and the reason is written, the GPUs are released, and the caller goes on.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from tptune import __version__
+from tptune.cases import REFERENCE_KINDS, Case
+from tptune.measure.envinfo import launch_env
+from tptune.measure.gpupool import GpuPool, count_gpus, pool_scope, visible_ids
+from tptune.model.spec import ModelConfig
+from tptune.stats.spread import slowest_rank, stats
+from tptune.measure.worker.gpu_clock import clock_over_rounds, merge_ranks
+from tptune.measure.worker.wire import recv_json, send_json
+
+RUN_JSON = "run.json"
+_FAILURE_RULES = [  # (substring, kind, transient) - first match wins
+    ("out of memory", "oom", False),
+    ("OutOfMemoryError", "oom", False),
+    ("userbuffers", "ub_init", False),
+    ("initialize_ub", "ub_init", False),
+    ("ub_cfgs", "ub_init", False),
+    ("NCCL error", "comm", True),
+    ("Connection reset", "comm", True),
+    ("Connection closed by peer", "comm", True),
+]
+
+
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing")
+
+
+def _peer_lost(message: str) -> bool:
+    return any(n in message for n in _PEER_LOST)
+
+
+def classify_failure(text: str) -> tuple[str, bool]:
+    for needle, kind, transient in _FAILURE_RULES:
+        if needle.lower() in text.lower():
+            return kind, transient
+    return "exception", False
+
+
+def _code_signature(extra: dict) -> str:
+    """Workers are reused only by clients running the same code with the same launch settings."""
+    h = hashlib.sha256(json.dumps(extra, sort_keys=True).encode() + __version__.encode())
+    for f in sorted(Path(__file__).parents[1].rglob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+class WorkerGroup:
+    """A registry entry for one warm worker group on a set of GPUs."""
+
+    def __init__(self, pool_dir: Path, gpus: list[str], tp: int, sig: str):
+        self.pool_dir, self.gpus, self.tp, self.sig = pool_dir, gpus, tp, sig
+        key = "-".join(gpus)
+        self.entry = pool_dir / f"srv-{key}.json"
+        self.socket = pool_dir / f"srv-{key}.sock"
+        self.log = pool_dir / f"srv-{key}.log"
+
+    def info(self) -> dict | None:
+        try:
+            return json.loads(self.entry.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def alive(self) -> bool:
+        info = self.info()
+        if not info:
+            return False
+        try:
+            os.kill(info["pid"], 0)
+        except OSError:
+            return False
+        return info.get("sig") == self.sig and info.get("tp") == self.tp and self.socket.exists()
+
+    def stop(self, grace: float = 5.0) -> None:
+        info = self.info()
+        if info:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(grace)
+                    s.connect(str(self.socket))
+                    send_json(s, {"cmd": "exit"})
+            except OSError:
+                pass
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _pid_alive(info["pid"]):
+                time.sleep(0.05)
+            kill_group(info["pgid"])
+        self.entry.unlink(missing_ok=True)
+        self.socket.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie child of ours still "exists"
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return True
+
+
+def kill_group(pgid: int) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            return
+        time.sleep(0.5)
+
+
+def _rank_errors(out_dir: Path) -> list[dict]:
+    """The error reports the ranks wrote (a rank killed while writing leaves an unreadable one)."""
+    errors = []
+    for p in sorted(out_dir.glob("error.rank*.json")):
+        try:
+            errors.append(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            continue
+    return errors
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+class Launcher:
+    def __init__(self, settings: dict):
+        self.settings = settings
+        lc = settings["launcher"]
+        self.device = settings["device"]  # cpu | cuda
+        # one namespace per Slurm allocation: two jobs on a node may both see their GPUs as 0, 1, ...
+        self.pool_dir = Path(lc["pool_dir"]) / os.environ.get("USER", str(os.getuid())) / pool_scope()
+        self.pool_dir.mkdir(parents=True, exist_ok=True)
+        if self.device == "cuda":
+            ids = visible_ids(count_gpus())
+        else:
+            # CPU: a slot is a core this process may run on (at most launcher.cpu_slots of them); a worker
+            # group is pinned to the cores it holds, so two jobs (of any run using this pool) never
+            # measure on the same core; a case with more ranks than the pool has cores holds them all
+            cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+            ids = [str(c) for c in list(cores)[:max(1, int(lc["cpu_slots"]))]]
+        self.pool = GpuPool(self.pool_dir / "locks", ids)
+        self.sig = _code_signature({"backend": settings["backend"], "device": self.device,
+                                    "multicast": lc["multicast"], "env": lc.get("env", {}),
+                                    "python": sys.executable})
+
+    # -- worker groups ------------------------------------------------------------------------
+    def _warm_sets(self, tp: int, n: int | None = None) -> list[list[str]]:
+        """Sets of ``n`` (default ``tp``) ids with a warm group of ``tp`` ranks."""
+        sets = []
+        for entry in self.pool_dir.glob("srv-*.json"):
+            gpus = entry.stem[4:].split("-")
+            if len(gpus) == (n or tp) and WorkerGroup(self.pool_dir, gpus, tp, self.sig).alive():
+                sets.append(gpus)
+        return sets
+
+    def _retire_overlapping(self, gpus: list[str], keep: WorkerGroup) -> None:
+        """Idle groups on any of our GPUs hold memory there: stop them (we hold the locks, so they are idle)."""
+        if self.device != "cuda" or self.settings["launcher"].get("keep_idle_groups", True):
+            return
+        for entry in self.pool_dir.glob("srv-*.json"):
+            other = entry.stem[4:].split("-")
+            if other != keep.gpus and set(other) & set(gpus):
+                WorkerGroup(self.pool_dir, other, len(other), "").stop()
+
+    def _start(self, group: WorkerGroup) -> subprocess.Popen:
+        lc = self.settings["launcher"]
+        extra = {"CUDA_VISIBLE_DEVICES": ",".join(group.gpus)} if self.device == "cuda" else {}
+        if self.device == "cpu":
+            extra["OMP_NUM_THREADS"] = str(lc.get("cpu_threads_per_rank", 1))
+        extra.update({k: str(v) for k, v in lc.get("env", {}).items()})
+        env = launch_env(os.environ, multicast=lc["multicast"], extra=extra)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={group.tp}", "-m", "tptune.measure.worker.server",
+               "--socket", str(group.socket), "--idle-timeout", str(lc["idle_timeout_s"]),
+               "--device", self.device] + (["--preload", "te"] if self.settings["backend"] == "te" else [])
+        group.socket.unlink(missing_ok=True)
+        log = open(group.log, "wb")
+        pin = None
+        if self.device == "cpu" and hasattr(os, "sched_setaffinity"):
+            cores = {int(g) for g in group.gpus}
+            pin = lambda: os.sched_setaffinity(0, cores)  # noqa: E731 - the worker group's ranks stay on its cores
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin)
+        group.entry.write_text(json.dumps({"pid": proc.pid, "pgid": proc.pid, "sig": self.sig,
+                                           "tp": group.tp, "gpus": group.gpus, "started": time.time()}))
+        return proc
+
+    # -- one attempt --------------------------------------------------------------------------
+    def _attempt_on(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str]) -> dict:
+        lc = self.settings["launcher"]
+        group = WorkerGroup(self.pool_dir, gpus, case.tp, self.sig)
+        started = not group.alive()
+        t0 = time.monotonic()
+        proc = None
+        if started:
+            self._retire_overlapping(gpus, group)
+            group.stop()
+            proc = self._start(group)
+            deadline = t0 + lc["startup_timeout_s"]
+            while not group.socket.exists():
+                if proc.poll() is not None:
+                    return _failure("init", True, f"worker group exited during start-up (code "
+                                    f"{proc.returncode}): {_tail(group.log, 2000)}", gpus, started)
+                if time.monotonic() > deadline:
+                    kill_group(proc.pid)
+                    return _failure("timeout", False, f"worker start-up exceeded {lc['startup_timeout_s']}s",
+                                    gpus, started)
+                time.sleep(0.05)
+        t_ready = time.monotonic()
+        request = {"case": case.id, "out_dir": str(out_dir.resolve()), "model": mc.to_dict(),
+                   "settings": settings}
+        reply = None
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(lc["case_timeout_s"])
+                s.connect(str(group.socket))
+                send_json(s, request)
+                reply = recv_json(s)
+        except (socket.timeout, TimeoutError):
+            group.stop(grace=0.5)
+            return _failure("timeout", False, f"no result within case_timeout_s={lc['case_timeout_s']}s "
+                            "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
+        except OSError as exc:
+            reply = None
+            conn_error = str(exc)
+        else:
+            conn_error = ""
+        t_done = time.monotonic()
+        if reply is None:
+            info = group.info()
+            time.sleep(1.0)  # let torch.distributed.run finish tearing the group down
+            if info:
+                kill_group(info["pgid"])
+            group.entry.unlink(missing_ok=True)
+            errors = _rank_errors(out_dir)
+            if errors:
+                # A rank that lost its peer only reports the symptom: classify by the others.
+                root = [e for e in errors if not _peer_lost(e["message"])] or errors
+                msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}"
+                                for e in root + [e for e in errors if e not in root])
+                kind, transient = classify_failure(" ".join(f"{e['message']} {e['traceback']}" for e in root))
+                if kind == "comm" and len(root) < case.tp and root is errors:
+                    kind, msg = "rank_died", f"a rank died without a report; {msg}"
+                return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
+            tail = _tail(group.log, 3000)
+            kind, transient = classify_failure(tail)
+            if kind in ("exception", "comm"):  # peers only saw the dead rank's sockets close
+                kind, transient = "rank_died", True
+            return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
+                            gpus, started)
+        return {"status": "ok", "reply": reply, "gpus": gpus, "server_started": started,
+                "connect_s": t_ready - t0, "request_s": t_done - t_ready}
+
+    def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
+        return {"backend": self.settings["backend"], "timing": op_settings["timing"],
+                "check": check and op_settings.get("check", False), "profile": profile,
+                "fault": faults.get(case.id), "layer": op_settings.get("layer", {}),
+                # TE calls atomic GEMMs a beta API: FP8 cases may use them only when the run opts in
+                "te": {**op_settings.get("te", {}),
+                       "allow_atomic_gemm": bool((op_settings.get("search") or {}).get("atomic_gemm", False))}}
+
+    def _measure_once(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str],
+                      attempts: list) -> dict:
+        """One round of one case on the held GPUs; transient failures are retried."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(1 + self.settings["launcher"]["retries"]):
+            for stale in out_dir.glob("error.rank*"):
+                stale.unlink()
+            t0 = time.monotonic()
+            res = self._attempt_on(case, mc, out_dir, settings, gpus)
+            res["held_s"] = time.monotonic() - t0
+            attempts.append({k: v for k, v in res.items() if k != "reply"})
+            if res["status"] == "ok" or not res["error"]["transient"]:
+                return res
+        return res
+
+    def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
+                session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
+                margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
+                evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None,
+                record: dict | None = None) -> dict:
+        """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
+        adding rounds until every contender clears the margin against the leader, the round budget is
+        spent, or (timing.futility) the budget could not clear what is left (search.rounds). Writes
+        <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which maps each
+        member to its run.json (``runs``); returns the latter.
+        ``evidence``: record each member's profiler traces and numerics check in its first round (the
+        TP point's finalists need them; a search step's points do not). ``always``: members measured
+        in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned
+        block, which every other block is compared to. ``tie_margin``: a resolved tie's margin where it
+        differs from ``margin`` (a search step: rounds.Ratio.outcome). ``record``: the measurement settings
+        the session was measured with (search.measurement), kept in session.json as ``settings``."""
+        from tptune.stats.rounds import measured_next, rotation, session_state, should_stop
+
+        faults = faults or {}
+        member_dirs = member_dirs or {}
+        dir_of = {c.id: Path(member_dirs.get(c.id, session_dir / c.dir_name)) for c in members}
+        timing = op_settings["timing"]
+        min_r, max_r = int(timing.get("min_rounds", 3)), int(timing.get("max_rounds", 8))
+        budget = max_r if timing.get("futility", True) else None   # rounds.could_clear
+        tps = {c.tp for c in members} | ({canary.tp} if canary else set())
+        if len(tps) != 1:
+            raise ValueError(f"session {session_id}: members need one TP, got {sorted(tps)}")
+        tp = tps.pop()
+        ids = [c.id for c in members]
+        references = {c.id for c in members if c.variant.kind in REFERENCE_KINDS}
+        contenders = [c for c in (contenders if contenders is not None else ids) if c in ids]
+        session_dir.mkdir(parents=True, exist_ok=True)
+        rounds: dict[str, list] = {c.id: [] for c in members}
+        attempts: dict[str, list] = {c.id: [] for c in members}
+        failed: dict[str, dict] = {}
+        order_log, canary_rec, stop_reason = [], None, ""
+        state = session_state({}, contenders, margin, tie_margin=tie_margin)
+        active = list(members)
+        t_start, wall0 = time.time(), time.monotonic()
+        need = tp if self.device == "cuda" else min(tp, len(self.pool.ids))
+        with _session_lock(session_dir) as waited_s, self.pool.acquire(need, prefer=self._warm_sets(tp, need)) as gpus:
+            t_locked = time.monotonic()
+            held_rec = {"device": self.device, "ids": list(gpus), "pool": str(self.pool.lock_dir),
+                        "ranks": tp, "session_lock": str(session_dir / SESSION_LOCK), "waited_for_session_s": waited_s,
+                        "pid": os.getpid(), "from": time.time()}
+            if canary is not None:
+                canary_rec = self._side_batch(canary, mc, session_dir / "canary", op_settings, faults, gpus,
+                                              attempts.setdefault("_canary", []))
+            lead_rec = None
+            if timing.get("lead_in", False) and members:
+                # One untimed round of the first member before round 0 (off by default): round 0's first
+                # member reads off against its later rounds (x2: -0.5%, 401 pairs in results/), but on
+                # one H100 this lead-in made that worse, -5.9% [-7.8, -4.0] against +1.6% [+0.3, +3.0]
+                # without it (12 sessions each, results/lead-in-h100): the card's transient outlasts one
+                # member. benchmarks/lead_in.py measures it on a node.
+                lead_rec = self._side_batch(members[0], mc, session_dir / "lead_in", op_settings, faults, gpus,
+                                            attempts.setdefault("_lead_in", []))
+            r = 0
+            while active:
+                order = rotation(active, r)
+                order_log.append([c.id for c in order])
+                for case in order:
+                    first = not rounds[case.id]
+                    settings = self._settings_for(case, op_settings, faults, profile=first and evidence,
+                                                  check=first and evidence)
+                    res = self._measure_once(case, mc, dir_of[case.id], settings, gpus, attempts[case.id])
+                    if res["status"] == "ok":
+                        rounds[case.id].append((r, res))
+                    else:
+                        failed[case.id] = res
+                r += 1
+                active = [c for c in active if c.id not in failed]
+                points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
+                state = session_state(points, contenders, margin, leader_among=[c.id for c in active],
+                                      tie_margin=tie_margin, budget=budget)
+                stop, stop_reason = should_stop(state, r, min_r, max_r)
+                if stop:
+                    break
+                if r >= min_r:
+                    keep = set(measured_next(state, [c.id for c in active], references, always or ()))
+                    active = [c for c in active if c.id in keep]
+            held = time.monotonic() - t_locked
+            held_rec["until"] = time.time()
+        if not stop_reason:
+            stop_reason = "no member left to measure"
+        run_paths = {}
+        side_attempts = attempts.pop("_canary", []) + attempts.pop("_lead_in", [])
+        for case in members:
+            run = assemble_member_run(case, mc, self.settings, self._settings_for(case, op_settings, faults,
+                                                                                  True, True),
+                                      rounds[case.id], failed.get(case.id), attempts[case.id], session_id)
+            run["held"] = held_rec
+            write_run_json(dir_of[case.id], run)
+            run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
+        rec = {"session": session_id, **({"settings": record} if record is not None else {}),
+               "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
+               "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
+               "margin": margin, **({"tie_margin": tie_margin} if tie_margin is not None else {}),
+               "futility": budget is not None, "stop": stop_reason, "leader": state.leader,
+               "futile": state.futile,
+               "ratios_to_leader": {c: (x.to_dict() if x else None) for c, x in state.ratios.items()},
+               "failed": sorted(failed), "held": held_rec, "canary": canary_rec, "lead_in": lead_rec, "started": t_start,
+               "wall_s": time.monotonic() - wall0, "held_s": held,
+               "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
+                                                        [*attempts.values(), side_attempts] for a in a_list)}
+        tmp = session_dir / "session.json.tmp"
+        tmp.write_text(json.dumps(rec, indent=1))
+        os.replace(tmp, session_dir / "session.json")
+        return rec
+
+    def _side_batch(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict, faults: dict,
+                    gpus: list[str], attempts: list) -> dict:
+        """One batch outside the session's rounds: the drift canary (a fixed reference re-measured at every
+        session's start) or the lead-in (the first member, once, before round 0)."""
+        settings = self._settings_for(case, op_settings, faults, profile=False, check=False)
+        t = time.time()
+        res = self._measure_once(case, mc, out_dir, settings, gpus, attempts)
+        if res["status"] != "ok":
+            return {"case": case.id, "t": t, "ms": None, "error": res["error"]["message"][:300]}
+        p = _round_point(case.id, None, [(0, res)])
+        return {"case": case.id, "t": t, "ms": p["timing"]["total_ms"]["median"],
+                "host_ahead": p["host"]["host_ahead"], "sm_mhz": (p["clock"] or {}).get("sm_mhz")}
+
+    def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
+        """Measure one case alone (rounds as configured, nothing beside it); writes and returns run.json."""
+        faults = {case.id: op_settings.get("fault")} if op_settings.get("fault") else {}
+        self.session([case], mc, out_dir, op_settings, session_id=f"single:{case.id}", faults=faults,
+                     member_dirs={case.id: out_dir})
+        return read_run_json(out_dir)
+
+
+SESSION_LOCK = ".measuring.lock"
+
+
+@contextmanager
+def _session_lock(session_dir: Path, timeout: float = 24 * 3600):
+    """Hold the session's lock while measuring it: another process measuring the same session (a rerun
+    beside an orphaned job of a killed snakemake, a second run in this folder) is waited for, never
+    measured beside. Yields the seconds waited."""
+    import fcntl
+
+    session_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(session_dir / SESSION_LOCK, "a+")
+    t0 = time.monotonic()
+    told = False
+    try:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    fh.seek(0)
+                    print(f"{session_dir}: being measured by another process (pid {fh.read().strip() or '?'}); "
+                          "waiting for it", file=sys.stderr, flush=True)
+                    told = True
+                if time.monotonic() - t0 > timeout:
+                    raise TimeoutError(f"{session_dir}: still being measured by another process after {timeout:.0f}s")
+                time.sleep(0.5)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        yield time.monotonic() - t0
+    finally:
+        fh.close()
+
+
+def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
+    """A point (search.points layout) from a member's rounds [(round id, ok attempt result)]."""
+    import statistics
+
+    from tptune.stats.host_evidence import evidence as host_evidence
+
+    per_round, all_it, host, ahead, batches = [], {"fwd_ms": [], "bwd_ms": [], "total_ms": []}, [], [], []
+    counts = []   # timed iterations per round: a GPU-bound op's window sets them from each round's probe
+    for rid, res in rounds:
+        ranks = sorted(res["reply"]["ranks"], key=lambda x: x["rank"])
+        slow = slowest_rank([x["samples"] for x in ranks])
+        counts.append(len(slow["total_ms"]))
+        for k in all_it:
+            all_it[k].extend(slow[k])
+        per_round.append((rid, {k: statistics.median(v) for k, v in slow.items()}))
+        bs = [x.get("batch") or {} for x in ranks]
+        host.append(max(b.get("host_ms", 0.0) for b in bs))
+        ahead.append(all(b.get("host_ahead", True) for b in bs))
+        last = [(b.get("attempts") or [{}])[-1] for b in bs]   # each rank's attempt that counted
+        batches.append({"round": rid, "host_ms": host[-1], "host_ahead": ahead[-1], "timing": bs[0].get("timing"),
+                        "attempts": max(len(b.get("attempts") or []) for b in bs),
+                        "slept_ms": max(a.get("slept_ms", 0.0) for a in last),
+                        "enqueue_ms": max(a.get("enqueue_ms", 0.0) for a in last),
+                        "preroll": last[0].get("preroll"), "iters": last[0].get("iters"), "check": last[0].get("check"),
+                        "clock": merge_ranks([a.get("clock") for a in last]), "evidence": host_evidence(bs)})
+    timing = {}
+    for k, v in all_it.items():
+        st = stats(v)
+        vals = [pr[k] for _, pr in per_round]
+        st.update({"iter_median": st["median"], "median": statistics.median(vals),
+                   "rounds": [round(x, 6) for x in vals], "round_ids": [rid for rid, _ in per_round],
+                   "round_iters": counts})
+        timing[k] = st
+    gpu = timing["total_ms"]["median"]
+    host_ms = statistics.median(host)
+    on_gpu = all(b["timing"] == "gpu_host_ahead" for b in batches)  # on CPU the host is the device
+    point = {"case": case_id, "status": "ok", "session": session_id, "timing": timing,
+             "host": {"host_ms": host_ms, "gpu_ms": gpu, "host_bound": on_gpu and host_ms >= gpu,
+                      "host_ahead": all(ahead), "batches": batches},
+             "clock": clock_over_rounds([b["clock"] for b in batches])}
+    shapes = shape_rounds(rounds)
+    if shapes:
+        point["shapes"] = shapes
+    return point
+
+
+def shape_rounds(rounds: list) -> list[dict]:
+    """Per shape of an op measured at several (worker.harness.run_case): its share, and per round the
+    median over iterations of the slowest rank's time, as timing[...]["rounds"] is for the mix. [] for an
+    op of one shape."""
+    import statistics
+
+    out: list[dict] = []
+    for rid, res in rounds:
+        ranks = sorted(res["reply"]["ranks"], key=lambda x: x["rank"])
+        if not ranks[0].get("shapes"):
+            return []
+        for j, sh in enumerate(ranks[0]["shapes"]):
+            if len(out) <= j:
+                out.append({k: sh[k] for k in ("what", "k_in", "n_out", "layers", "share")}
+                           | {"round_ids": [], **{k: [] for k in ("fwd_ms", "bwd_ms", "total_ms")}})
+            slow = slowest_rank([x["shapes"][j]["samples"] for x in ranks])
+            out[j]["round_ids"].append(rid)
+            for k in ("fwd_ms", "bwd_ms", "total_ms"):
+                out[j][k].append(round(statistics.median(slow[k]), 6))
+    for sh in out:
+        sh["median_ms"] = statistics.median(sh["total_ms"])
+    return out
+
+
+def _failure(kind: str, transient: bool, message: str, gpus, started, tracebacks=None) -> dict:
+    return {"status": "failed", "gpus": gpus, "server_started": started,
+            "error": {"kind": kind, "transient": transient, "message": message.strip()[:6000],
+                      "tracebacks": tracebacks or []}}
+
+
+def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, settings: dict, rounds: list,
+                        failure: dict | None, attempts: list, session_id: str) -> dict:
+    """A member's run.json: its rounds (or why it failed), environment and launch bookkeeping."""
+    status = "ok" if rounds else "failed"
+    err = None
+    if failure is not None:
+        err = failure["error"]
+        if rounds:  # failed in a later round: its earlier rounds stand, the failure is recorded
+            err = {**err, "after_rounds": len(rounds)}
+    elif not rounds:
+        err = {"kind": "exception", "transient": False, "message": "never measured", "tracebacks": []}
+    run = {
+        "case": case.id, "op": case.op, "tp": case.tp, "variant": case.variant_id,
+        "backend": run_settings["backend"], "device": run_settings["device"], "session": session_id,
+        "status": status, "error": err,
+        "model": mc.to_dict(), "settings": {k: v for k, v in settings.items() if k not in ("fault", "profile")},
+        "attempts": attempts, "wall_s": sum(a.get("held_s", 0.0) for a in attempts),
+        "tptune_version": __version__,
+    }
+    if rounds:
+        point = _round_point(case.id, session_id, rounds)
+        run["timing"] = point["timing"]
+        run["host"] = point["host"]
+        run["clock"] = point["clock"]
+        if point.get("shapes"):
+            run["shapes"] = point["shapes"]   # per-shape rounds of an op measured at its model's mix
+        first = rounds[0][1]
+        ranks = sorted(first["reply"]["ranks"], key=lambda r: r["rank"])
+        run["timing"]["per_rank_median_total_ms"] = [stats(r["samples"]["total_ms"])["median"] for r in ranks]
+        run["traces"] = [r["trace"] for r in ranks if r["trace"]]
+        run["correctness"] = ranks[0].get("correctness")
+        run["environment"] = first["reply"]["environment"]
+        launches = [res for _, res in rounds]
+
+        def slowest(key):   # summed over rounds, the slowest rank of each
+            return sum(max(r.get(key, 0.0) for r in res["reply"]["ranks"]) for res in launches)
+        run["launch"] = {
+            "gpus": first["gpus"], "server_started": any(a.get("server_started") for a in attempts),
+            "startup": next((res["reply"].get("startup") for res in launches if res["reply"].get("startup")), None),
+            "init_s": slowest("init_s"),
+            "measure_s": slowest("measure_s"), "case_s": slowest("total_s"),
+            # the rest of held_s: teardown, the worker's request handling, the client's round trip
+            "close_s": slowest("close_s"), "serve_s": slowest("serve_s"),
+            "rounds": len(rounds), "held_s": run["wall_s"],
+        }
+    return run
+
+
+def write_run_json(out_dir: Path, run: dict) -> Path:
+    path = out_dir / RUN_JSON
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(run, indent=1))
+    os.replace(tmp, path)
+    return path
+
+
+def read_run_json(out_dir: Path) -> dict:
+    return json.loads((Path(out_dir) / RUN_JSON).read_text())

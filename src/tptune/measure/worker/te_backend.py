@@ -1,0 +1,660 @@
+"""Transformer Engine backend: one op of a GPT layer built exactly as Megatron-core builds it.
+
+qkv / fc1  -> megatron.core.extensions.transformer_engine.TELayerNormColumnParallelLinear
+proj / fc2 -> TERowParallelLinear
+with ``tp_comm_buffer_name`` = the op's name, sequence parallelism on (TP > 1), bf16 params, no bias
+(Llama), RMSNorm, under ``parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)``.
+
+Variants:
+  none     TransformerConfig(tp_comm_overlap=False): TE's NCCL all-gather / reduce-scatter, no overlap.
+  ub.*     tp_comm_overlap=True and ``initialize_ub(shape=[seq*mbs, hidden], ub_cfgs=<the case's>)``
+           (tptune.te.ubcfg.case_ub_cfgs: the preset merged with the case's per-GEMM overrides);
+           ``destroy_ub()`` in close().
+  nocomm   the no-communication bound: the `none` layer itself (same Megatron-core TE module, same
+           norm, casts, FP8 quantization and amax reductions), with TE's two TP collectives replaced by
+           local copies while the bench runs (LocalCollectives: torch.distributed.all_gather_into_tensor
+           and reduce_scatter_tensor, which TE's distributed.py calls for bf16 and FP8 alike). A gather
+           puts the rank's shard into its slice and a frozen copy of its first shard into the others;
+           a reduce-scatter keeps the rank's slice. So fprop/dgrad/wgrad run on exactly the shapes of
+           ops.op_gemms, and under FP8 the local shard is quantized before the "gather" as TE does. The
+           bound keeps the writes into the gathered buffer, at local-copy speed instead of NVLink's.
+
+Layout (Megatron): activations are [s, b, h]; sequence parallelism splits s. Column ops take the
+local [s/tp, b, hidden] input and return [s, b, out/tp]; row ops take [s, b, in/tp] and return
+[s/tp, b, hidden]. Inputs and grad_out are random with fixed seeds; weights are random with std
+1/sqrt(fan_in) (the same on every run, per rank), norm weights ones.
+
+The warm worker server runs many cases in one process: Megatron's model-parallel state is set up
+once per process; the userbuffers communicators (and the bootstrap process group initialize_ub
+creates) are built per case and torn down in close(). TE and Megatron are imported inside build(),
+so this module imports on machines without them. settings["te"]["bootstrap_backend"] (optional:
+gloo | nccl | mpi) is passed to initialize_ub; unset, TE picks (mpi if available, else gloo).
+
+FP8 (workload dtype fp8; read from NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b,
+2.20.0.dev0, and NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/fp8_utils.py):
+  - params stay bf16; every variant (none, nocomm, ub.*) runs its forward under
+    ``te.autocast(enabled=True, recipe=<recipe>, amax_reduction_group=<TP group>)`` (TE 2.20's name;
+    ``te.fp8_autocast(enabled, fp8_recipe, fp8_group)`` is its deprecated alias, used only on a TE
+    without ``autocast``), as Megatron's get_fp8_context does; backward runs outside it (TE keeps the
+    recipe state in the autograd context). The recipe (``make_recipe``): delayed = DelayedScaling(
+    fp8_format, amax_history_len=1024, amax_compute_algo="max") (TE's defaults, and NeMo's FP8 mixed
+    precision), current = Float8CurrentScaling, block = Float8BlockScaling, mxfp8 = MXFP8BlockScaling,
+    nvfp4 = NVFP4BlockScaling. The nocomm bound runs the same recipe and amax reduction group.
+  - ub.*: ``initialize_ub(..., quantization_modes=[UserBufferQuantizationMode.FP8])`` (TE 2.20:
+    module/base.py; ``use_fp8=True`` on a TE without the enum), after search.fp8.validate_fp8_ub_cfgs.
+  - before anything is built, the recipe is checked against the GPU's compute capability
+    (model.recipe_device_problem: MXFP8/NVFP4 need Blackwell).
+  - numerics: the overlapped layer against the no-overlap layer under the same recipe, the reference
+    given the layer's weights and, under delayed scaling, REF_PRIME_ITERS passes of its own to reach the
+    same scaling state, at the FP8 tolerances of TE's own comm+GEMM overlap tests (RTOL_FP8, ATOL_FP8).
+  - TE's amax all-reduce (FP8GlobalStateManager.reduce_tensor_across_group_op_max, delayed scaling)
+    runs inside ``record_function("tptune.fp8.amax_reduce")``, so a trace can tell it from TP
+    communication (trace.classify AMAX_COMM).
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+
+import torch
+import torch.distributed as dist
+from torch.profiler import record_function
+
+from tptune.cases import Case
+from tptune.model.spec import ModelConfig
+from tptune.model.ops import parallel_kind, weight_shape
+from tptune.measure.worker.context import TORCH_DTYPES, RankContext
+
+KINDS = ("none", "nocomm", "ub")
+# TE's numerics check for bf16 comm+GEMM overlap (tests/pytorch/distributed/run_gemm_with_overlap.py):
+# at the element of largest absolute difference, fail if rel. error > RTOL *and* abs. error > ATOL.
+RTOL, ATOL = 0.02, 0.001
+# TE's numerics check for FP8 comm+GEMM overlap, the same criterion at the element of largest |diff|:
+# tests/pytorch/distributed/run_layer_with_overlap.py (layer vs. no-overlap layer): rtol 0.125 and
+# atol 0.0625 "if opts.fp8"; run_gemm_with_overlap.py: rtol 0.125, atol 0.0625 for any quantization
+# (NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b).
+RTOL_FP8, ATOL_FP8 = 0.125, 0.0625
+# run_layer_with_overlap.py's bf16 tolerances for whole layers (rtol 0.025, atol 0.00125 "if not
+# opts.fp8"): the block check (te_block) compares layers, not one GEMM.
+RTOL_LAYER, ATOL_LAYER = 0.025, 0.00125
+# FP8 delayed scaling: fwd+bwd passes the no-overlap reference runs before it is compared. A reference
+# given the layer's scaling state through load_state_dict (TE's pickled _extra_state) still quantized
+# differently on x2: every overlapped setting of an op, presets included, differed from it by the same
+# error, with weight gradients exactly equal (the weight's FP8 scale differed). So the reference builds
+# its own state instead: the layer ran its warm-up and timed iterations on the same input, and two
+# passes give the reference the same amax history maxima (the first pass at the initial scale, the
+# second at the calibrated one); with TE's "max" over the history both then quantize alike.
+REF_PRIME_ITERS = 2
+# A whole block is not deterministic even without overlap: its attention backward (cuDNN fused attention)
+# accumulates with atomics, and FP8 quantization amplifies the jitter. On x2 (Llama-3-70B, 2 layers,
+# benchmarks/block_numerics_floor.py) two passes of one no-overlap block differed in the input gradient
+# by up to 2 (bf16, rel 0.016), 3 (FP8 current, rel 0.34) and 2.1 (FP8 delayed, rel 0.15) of a largest
+# |gradient| of 214-245, with identical outputs; ub.te differed from no overlap by the same amounts. TE's
+# own layer tests compare single deterministic layers. So the block check also runs the reference twice:
+# a tensor fails only when it fails TE's criterion *and* its largest |diff| exceeds FLOOR_FACTOR times
+# the reference's own pass-to-pass |diff| (zero for a deterministic tensor, so there TE's rule stands).
+FLOOR_FACTOR = 2.0
+
+
+def prime_reference(mc: ModelConfig, run_ref, x: torch.Tensor, grad_out: torch.Tensor, params) -> None:
+    """Delayed scaling: REF_PRIME_ITERS fwd+bwd of the reference (``run_ref(x)``) on the same input,
+    then its gradients cleared; nothing for stateless recipes."""
+    if not (mc.workload.is_fp8 and mc.workload.recipe == "delayed"):
+        return
+    for _ in range(REF_PRIME_ITERS):
+        run_ref(x.detach().clone().requires_grad_(True)).backward(grad_out)
+    for p in params:
+        p.grad = None
+
+
+AMAX_REDUCE_MARK = "tptune.fp8.amax_reduce"
+# make_recipe: DelayedScaling's history (TE's default; NeMo's bf16_with_fp8_mixed uses the same).
+AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO = 1024, "max"
+LAYERNORM_EPS = 1e-5
+REQUIRE_CUDA = True   # tests switch this off to drive the code with stand-in TE/Megatron modules on CPU
+_INSTALL_HINT = "the te backend needs transformer_engine (>= 2.0) and megatron-core (pip install '.[gpu]')"
+
+
+def _import_te():
+    try:
+        import transformer_engine.pytorch as te  # noqa: F401
+        from megatron.core import parallel_state
+        from megatron.core.extensions import transformer_engine as mcore_te
+        from megatron.core.transformer.transformer_config import TransformerConfig
+        from transformer_engine.pytorch.module import base as te_base
+    except ImportError as exc:
+        raise ImportError(f"{_INSTALL_HINT}: {exc}") from exc
+    return te, te_base, parallel_state, mcore_te, TransformerConfig
+
+
+def _import_recipe():
+    try:
+        from transformer_engine.common import recipe as te_recipe
+    except ImportError as exc:
+        raise ImportError(f"{_INSTALL_HINT}: {exc}") from exc
+    return te_recipe
+
+
+def make_recipe(workload, te_recipe=None):
+    """The TE recipe object of an FP8 workload (None for other dtypes)."""
+    if workload.dtype != "fp8":
+        return None
+    from tptune.model.spec import FP8_RECIPES
+
+    r = te_recipe or _import_recipe()
+    fmt = r.Format.E4M3 if workload.fp8_format == "e4m3" else r.Format.HYBRID
+    cls = getattr(r, FP8_RECIPES[workload.recipe][0], None)
+    if cls is None:
+        raise ValueError(f"FP8 recipe {workload.recipe!r}: this Transformer Engine has no "
+                         f"{FP8_RECIPES[workload.recipe][0]} (TE 2.20 has all of {', '.join(FP8_RECIPES)})")
+    if workload.recipe == "delayed":
+        return cls(fp8_format=fmt, amax_history_len=AMAX_HISTORY_LEN, amax_compute_algo=AMAX_COMPUTE_ALGO)
+    if workload.recipe == "nvfp4":
+        return cls()
+    return cls(fp8_format=fmt)
+
+
+def fp8_autocast(te, recipe, group):
+    """TE's FP8 context: te.autocast (TE >= 2.8's name) or the deprecated te.fp8_autocast."""
+    if hasattr(te, "autocast"):
+        return te.autocast(enabled=True, recipe=recipe, amax_reduction_group=group)
+    return te.fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=group)
+
+
+def ub_quantization_kwargs(te_base, fp8: bool) -> dict:
+    """initialize_ub's quantization argument: [UserBufferQuantizationMode.FP8 or .NONE] (TE 2.20),
+    or the deprecated use_fp8 on a TE without the enum."""
+    mode = getattr(te_base, "UserBufferQuantizationMode", None)
+    if mode is not None:
+        return {"quantization_modes": [mode.FP8 if fp8 else mode.NONE]}
+    return {"use_fp8": fp8}
+
+
+def device_problem(case: Case, mc: ModelConfig, ctx: RankContext) -> str | None:
+    """The recipe against this rank's GPU (compute capability from torch.cuda)."""
+    w = mc.workload
+    if w.dtype != "fp8" or not ctx.is_cuda:
+        return None
+    from tptune.model.spec import recipe_device_problem
+
+    cc = tuple(torch.cuda.get_device_capability(ctx.device))
+    why = recipe_device_problem(w.recipe, capability=cc, gpu=torch.cuda.get_device_name(ctx.device))
+    return f"{case.id}: {why}" if why else None
+
+
+_AMAX_MARKED = False
+
+
+def mark_amax_reduction() -> None:
+    """Run TE's amax all-reduce inside record_function(AMAX_REDUCE_MARK) (once per process; a TE
+    without FP8GlobalStateManager.reduce_tensor_across_group_op_max is left alone)."""
+    global _AMAX_MARKED
+    if _AMAX_MARKED:
+        return
+    mgr = None
+    for mod in ("transformer_engine.pytorch.quantization", "transformer_engine.pytorch.fp8"):
+        try:
+            mgr = getattr(__import__(mod, fromlist=["FP8GlobalStateManager"]), "FP8GlobalStateManager", None)
+        except ImportError:
+            continue
+        if mgr is not None:
+            break
+    orig = getattr(mgr, "reduce_tensor_across_group_op_max", None) if mgr is not None else None
+    if orig is None:
+        return
+
+    def reduce_marked(tensor, group):
+        with record_function(AMAX_REDUCE_MARK):
+            return orig(tensor, group)
+
+    mgr.reduce_tensor_across_group_op_max = staticmethod(reduce_marked)
+    _AMAX_MARKED = True
+
+
+def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> None:
+    """Raise ValueError naming what this backend cannot run (before anything is built)."""
+    v = case.variant
+    if v.kind not in KINDS:
+        raise ValueError(f"{case.id}: variant {case.variant_id!r} is not a te-backend variant: the te "
+                         f"backend runs none, nocomm and ub.<preset>[+...]; chunked.n<N> is torch-only "
+                         f"(backend: torch)")
+    if world_size is not None and world_size != case.tp:
+        raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {world_size}")
+    w = mc.workload
+    if w.dtype not in TORCH_DTYPES:
+        raise ValueError(f"{case.id}: dtype {w.dtype!r} not supported (bf16, fp16, fp32, fp8)")
+    if w.dtype == "fp8" and w.fp8_emulation:
+        raise ValueError(f"{case.id}: fp8_emulation: {w.fp8_emulation} is the torch backend's; the te backend "
+                         "runs FP8 itself (remove fp8_emulation)")
+    if w.seq_length % case.tp:
+        raise ValueError(f"{case.id}: seq_length={w.seq_length} is not divisible by tp={case.tp} "
+                         "(sequence parallelism splits the sequence)")
+    if v.kind == "ub":
+        if case.tp < 2:
+            raise ValueError(f"{case.id}: userbuffers overlap needs tp >= 2")
+        if w.dtype not in ("bf16", "fp16", "fp8"):
+            raise ValueError(f"{case.id}: userbuffers overlap runs bf16, fp16 or fp8, got dtype={w.dtype}")
+        if w.dtype == "fp8":
+            from tptune.te.fp8 import UB_RECIPES
+            if w.recipe not in UB_RECIPES:
+                raise ValueError(f"{case.id}: recipe {w.recipe!r} cannot use userbuffers (TE's "
+                                 "fill_userbuffers_buffer_for_all_gather: delayed, current and mxfp8 only); "
+                                 "run none/nocomm")
+
+
+def _load_yaml(path: str) -> dict:
+    import yaml
+
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+def _ub_cfgs(case: Case, presets_dirs=None, mc: ModelConfig | None = None) -> dict:
+    from tptune.te.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
+    return case_ub_cfgs(case, presets_dirs, workload=mc.workload.ub_rules if mc is not None else "bf16")
+
+
+def check_ub_cfgs(cfgs: dict, case: Case, mc: ModelConfig, te_settings: dict) -> None:
+    """The FP8 knobs of a case's ub_cfgs (search.fp8): before anything touches the GPU."""
+    from tptune.te import fp8
+
+    w = mc.workload
+    try:
+        if w.dtype == "fp8":
+            fp8.validate_fp8_ub_cfgs(cfgs, recipe=w.recipe, allow_atomic=bool(te_settings.get("allow_atomic_gemm")))
+        else:
+            fp8.check_no_fp8_knobs(cfgs, w.dtype)
+    except ValueError as exc:
+        raise ValueError(f"{case.id}: {exc}") from None
+
+
+def finite_result(test: dict, ctx: RankContext, checked: str) -> dict:
+    """none/nocomm numerics: every tensor finite on every rank."""
+    finite = all(bool(torch.isfinite(t).all()) for t in test.values())
+    flag = torch.tensor([0.0 if finite else 1.0], device=ctx.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ctx.group)
+    return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": checked, "tensors": sorted(test)}
+
+
+def _worst_errs(test: dict, ref: dict, ctx: RankContext) -> tuple[dict, dict]:
+    """TE's measure per tensor (largest |diff|, relative error there), worst over ranks."""
+    names = sorted(test)
+    errs = torch.tensor([v for n in names for v in _max_err(test[n], ref[n])], device=ctx.device,
+                        dtype=torch.float64)
+    dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=ctx.group)
+    errs = errs.tolist()
+    return {n: errs[2 * i] for i, n in enumerate(names)}, {n: errs[2 * i + 1] for i, n in enumerate(names)}
+
+
+def reference_result(test: dict, ref: dict, ctx: RankContext, *, rtol: float, atol: float, reference: str,
+                     recipe: str | None = None, source: str = "run_gemm_with_overlap", ref_again: dict | None = None) -> dict:
+    """TE's criterion, worst over ranks: at the element of largest |diff| of each tensor, fail when the
+    relative error > rtol and the absolute error > atol (bf16 or FP8 tolerances). ``ref_again``: a second
+    pass of the reference; then a tensor fails only when its |diff| also exceeds FLOOR_FACTOR times the
+    reference's own pass-to-pass |diff| (the block's nondeterminism floor)."""
+    names = sorted(test)
+    abs_e, rel_e = _worst_errs(test, ref, ctx)
+    failed = [n for n in names if rel_e[n] > rtol and abs_e[n] > atol]
+    floor = None
+    if ref_again is not None:
+        floor, floor_rel = _worst_errs({n: ref_again[n] for n in names}, ref, ctx)
+        failed = [n for n in failed if abs_e[n] > FLOOR_FACTOR * floor[n]]
+    if recipe is None:
+        criterion = f"TE {source}: fail if rel>rtol and abs>atol at the max |diff|"
+    else:
+        criterion = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol and abs>atol "
+                     "at the max |diff|; reference under the same recipe, primed to the same scaling state")
+    res = {"ok": not failed, "failed": failed, "reference": reference, "max_abs_err": abs_e, "max_rel_err": rel_e,
+           "rtol": rtol, "atol": atol}
+    if floor is not None:
+        res.update(floor_abs_err=floor, floor_rel_err=floor_rel, floor_factor=FLOOR_FACTOR)
+        criterion += f"; and abs > {FLOOR_FACTOR:g}x the reference's own pass-to-pass |diff|"
+    if recipe is not None:
+        res["recipe"] = recipe
+    res["criterion"] = criterion
+    return res
+
+
+def start_ub(bench) -> None:
+    """initialize_ub for a bench (an op's layer or a block: te_settings, te_base, mc, tp, dtype, ub_cfgs,
+    fp8), recording the bootstrap process groups it creates so release_ub can destroy them."""
+    base = bench.te_base
+    if base.is_ub_initialized():  # left over from a case that failed before close()
+        base.destroy_ub()
+    w, h = bench.mc.workload, bench.mc.model.hidden_size
+    kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": bench.tp, "dtype": bench.dtype,
+              "ub_cfgs": bench.ub_cfgs}
+    kwargs.update(ub_quantization_kwargs(base, bench.fp8))   # [FP8] or [NONE] (= use_fp8, undeprecated)
+    if bench.te_settings.get("bootstrap_backend"):
+        kwargs["bootstrap_backend"] = bench.te_settings["bootstrap_backend"]
+    before = set(_pg_map())
+    try:
+        base.initialize_ub(**kwargs)
+        bench._ub_live = True
+    finally:
+        bench._ub_groups = [pg for pg in _pg_map() if pg not in before]
+
+
+def release_ub(te_base, ctx: RankContext, live: bool, groups: list, collective: bool) -> None:
+    """destroy_ub once every rank is done with the IPC-shared buffers, then the bootstrap groups."""
+    if live:
+        if collective:
+            ctx.sync()
+            dist.barrier(group=ctx.cpu_group)
+        te_base.destroy_ub()
+    gc.collect()
+    if collective:
+        for pg in groups:  # initialize_ub's bootstrap group: one more per case otherwise
+            try:
+                dist.destroy_process_group(pg)
+            except Exception:  # noqa: BLE001 - a leaked group only costs a few sockets
+                pass
+
+
+class _LocalWork:
+    """The handle an async stand-in collective returns: already complete."""
+
+    def wait(self, *args, **kwargs):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+class LocalCollectives:
+    """nocomm: all_gather_into_tensor / reduce_scatter_tensor as local copies on one rank of ``world``.
+
+    Gather: the rank's shard into its slice, a frozen copy of the first shard seen (per dtype and size)
+    into the others, so every slice holds real, finite data of the tensor's kind (FP8 bytes included)
+    and nothing is read from another GPU. Reduce-scatter: the rank's slice of its own input."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        self._frozen: dict = {}
+
+    def all_gather_into_tensor(self, out, inp, group=None, async_op=False):
+        src = inp.reshape(-1)
+        if out.numel() != src.numel() * self.world:
+            raise RuntimeError(f"nocomm gather: output of {out.numel()} elements for {self.world} shards "
+                               f"of {src.numel()}")
+        key = (src.dtype, src.numel(), str(src.device))
+        frozen = self._frozen.get(key)
+        if frozen is None:
+            frozen = self._frozen[key] = src.detach().clone()
+        with record_function("tptune.nocomm.gather"):
+            slices = out.view(self.world, -1)
+            for r in range(self.world):
+                slices[r].copy_(src if r == self.rank else frozen)
+        return _LocalWork() if async_op else None
+
+    def reduce_scatter_tensor(self, out, inp, op=None, group=None, async_op=False):
+        if inp.numel() != out.numel() * self.world:
+            raise RuntimeError(f"nocomm reduce-scatter: input of {inp.numel()} elements for {self.world} "
+                               f"slices of {out.numel()}")
+        with record_function("tptune.nocomm.scatter"):
+            out.view(-1).copy_(inp.reshape(self.world, -1)[self.rank])
+        return _LocalWork() if async_op else None
+
+    @contextlib.contextmanager
+    def installed(self):
+        """torch.distributed's two functions replaced for the duration (TE looks them up per call)."""
+        saved = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+        dist.all_gather_into_tensor, dist.reduce_scatter_tensor = self.all_gather_into_tensor, self.reduce_scatter_tensor
+        try:
+            yield
+        finally:
+            dist.all_gather_into_tensor, dist.reduce_scatter_tensor = saved
+
+
+def _max_err(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """TE's measure: the largest absolute difference and the relative error at that element."""
+    diff = (test.float() - ref.float()).abs().flatten()
+    m = int(torch.argmax(diff))
+    abs_err = float(diff[m])
+    rel_err = abs_err / max(abs(float(ref.flatten()[m])), 1e-5)
+    return abs_err, rel_err
+
+
+class _TeBench:
+    """What the op and block benches share: the FP8 recipe's context, backward of the last forward,
+    gradients cleared."""
+
+    def _autocast(self):
+        """The FP8 recipe's context (a no-op context for other dtypes)."""
+        if not self.fp8:
+            return contextlib.nullcontext()
+        return fp8_autocast(self.te, self.recipe, self.ctx.group)
+
+    def backward(self):
+        self.out.backward(self.grad_out)
+        self.out = None
+
+    def zero_grad(self):
+        self.x.grad = None
+        for p in self._grad_params():
+            p.grad = None
+
+
+class TeOpBench(_TeBench):
+    """One op's Megatron-core TE layer on one rank (the bench interface of worker.harness)."""
+
+    def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
+        check_case(case, mc, ctx.world_size)
+        if REQUIRE_CUDA and not ctx.is_cuda:
+            raise ValueError(f"{case.id}: the te backend needs CUDA GPUs (use backend: torch on CPU)")
+        self.case, self.mc, self.ctx = case, mc, ctx
+        self.kind = case.variant.kind
+        self.te_settings = dict(settings.get("te") or {})
+        self.tp, self.rank = case.tp, ctx.rank
+        self.dtype = TORCH_DTYPES[mc.workload.dtype]
+        self.fp8 = mc.workload.is_fp8
+        self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL, ATOL)
+        self.column = parallel_kind(case.op) == "column"
+        # settings["shape"]: one of the op's shapes under its communicator config (worker.harness)
+        self.k_in, self.n_out = tuple(settings.get("shape") or weight_shape(case.op, mc))
+        self.ub_cfgs = None
+        if self.kind == "ub":  # validate before touching the GPU
+            # ub_cfgs_file: a user's --tp-comm-overlap-cfg YAML, passed to initialize_ub unchanged
+            path = self.te_settings.get("ub_cfgs_file")
+            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"), mc)
+            check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)
+        why = device_problem(case, mc, ctx)
+        if why:
+            raise ValueError(why)
+        self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
+        self.recipe = make_recipe(mc.workload) if self.fp8 else None
+        if self.fp8:
+            mark_amax_reduction()
+        self._ub_groups: list = []
+        self._ub_live = False
+        self.layer = None
+        self.local = LocalCollectives(self.rank, self.tp) if self.kind == "nocomm" else None
+        self.out = None
+        try:
+            self._ensure_model_parallel()
+            if self.kind == "ub":
+                self._init_ub()
+            self.layer = self._tp_layer(overlap=self.kind == "ub")
+            self._init_params(seed)
+            self._init_data(seed)
+        except BaseException:
+            self._teardown(collective=False)  # this rank is failing: the server exits after reporting
+            raise
+
+    # -- construction ---------------------------------------------------------------------------
+    def _ensure_model_parallel(self) -> None:
+        ps = self.ps
+        if ps.model_parallel_is_initialized():
+            have = ps.get_tensor_model_parallel_world_size()
+            if have != self.tp:
+                raise RuntimeError(f"{self.case.id}: Megatron model parallel state already set up for "
+                                   f"tp={have} in this process")
+            return
+        ps.initialize_model_parallel(tensor_model_parallel_size=self.tp, create_gloo_process_groups=False)
+
+    def _config(self, overlap: bool):
+        m = self.mc.model
+        switches = {"tp_comm_overlap": False}
+        if overlap:  # as Megatron would build this op's layer from the emitted switches
+            from tptune.te.megatron_flags import op_switches
+            switches = op_switches(self.case.op, self.ub_cfgs)
+        return self.TransformerConfig(
+            num_layers=1, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
+            num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
+            kv_channels=m.kv_channels, gated_linear_unit=m.gated_mlp, add_bias_linear=False,
+            normalization="RMSNorm", layernorm_epsilon=LAYERNORM_EPS,
+            tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, **switches,
+            params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
+            perform_initialization=False,  # weights are set from a fixed seed in _init_params
+        )
+
+    def _tp_layer(self, overlap: bool):
+        """The op's layer as Megatron's GPT layer builds it (attention.py / mlp.py)."""
+        cfg = self._config(overlap)
+        init = cfg.init_method
+        if self.column:
+            return self.mcore_te.TELayerNormColumnParallelLinear(
+                self.k_in, self.n_out, config=cfg, init_method=init, gather_output=False, bias=False,
+                skip_bias_add=self.case.op != "qkv", is_expert=False, tp_comm_buffer_name=self.case.op)
+        return self.mcore_te.TERowParallelLinear(
+            self.k_in, self.n_out, config=cfg, init_method=cfg.output_layer_init_method, bias=False,
+            input_is_parallel=True, skip_bias_add=True, is_expert=False, tp_comm_buffer_name=self.case.op)
+
+    def _init_ub(self) -> None:
+        start_ub(self)
+
+    def _params(self, layer=None) -> dict[str, torch.nn.Parameter]:
+        """The weights of ``layer`` (default: the measured one) by name."""
+        layer = layer if layer is not None else self.layer
+        p = {"weight": layer.weight}
+        if self.column:
+            p["norm_weight"] = layer.layer_norm_weight
+        return p
+
+    def _init_params(self, seed: int) -> None:
+        gen = torch.Generator(device=self.ctx.device).manual_seed(seed * 1000 + self.rank)
+        with torch.no_grad():
+            for name, p in self._params().items():
+                if name == "weight":
+                    p.normal_(0.0, 1.0 / math.sqrt(self.k_in), generator=gen)
+                else:
+                    p.fill_(1.0)
+
+    def _init_data(self, seed: int) -> None:
+        w = self.mc.workload
+        s, b, tp = w.seq_length, w.micro_batch_size, self.tp
+        if self.column:
+            x_shape, out_shape = (s // tp, b, self.k_in), (s, b, self.n_out // tp)
+        else:
+            x_shape, out_shape = (s, b, self.k_in // tp), (s // tp, b, self.n_out)
+        dev = self.ctx.device
+        gen = torch.Generator(device=dev).manual_seed(seed + 17 * self.rank)
+        self.x = torch.randn(x_shape, generator=gen, device=dev, dtype=self.dtype).requires_grad_(True)
+        gen = torch.Generator(device=dev).manual_seed(99 + self.rank)
+        self.grad_out = torch.randn(out_shape, generator=gen, device=dev, dtype=self.dtype)
+
+    # -- the bench interface ----------------------------------------------------------------------
+    def _run(self, x: torch.Tensor, layer=None) -> torch.Tensor:
+        out = (layer if layer is not None else self.layer)(x)
+        return out[0] if isinstance(out, tuple) else out
+
+    def _collectives(self):
+        """nocomm: TE's TP collectives as local copies (LocalCollectives); else unchanged."""
+        return self.local.installed() if self.local is not None else contextlib.nullcontext()
+
+    def _autocast_run(self, x: torch.Tensor, layer=None) -> torch.Tensor:
+        with self._autocast():
+            return self._run(x, layer=layer)
+
+    def forward(self):
+        with self._collectives():
+            self.out = self._autocast_run(self.x)
+        return self.out
+
+    def backward(self):
+        with self._collectives():
+            super().backward()
+
+    def _grad_params(self):
+        return self._params().values()
+
+    def gradients(self) -> dict[str, torch.Tensor]:
+        return {"input": self.x.grad, **{k: p.grad for k, p in self._params().items()}}
+
+    # -- correctness --------------------------------------------------------------------------------
+    def correctness(self) -> dict:
+        """ub: output and gradients against a no-overlap layer (tp_comm_overlap=False) with the same
+        weights, input and grad_out, by TE's criterion (bf16 or FP8 tolerances); worst over ranks.
+        FP8 delayed scaling: the reference builds its scaling state from REF_PRIME_ITERS passes on the
+        same input (the layer's came from its warm-up and timed iterations), so both quantize alike.
+        none/nocomm: finite."""
+        self.zero_grad()
+        ref_layer = self._reference_layer() if self.kind == "ub" else None
+        if ref_layer is not None:
+            prime_reference(self.mc, lambda x, m=ref_layer: self._autocast_run(x, m), self.x, self.grad_out,
+                            ref_layer.parameters())
+        with self._collectives():
+            out = self._autocast_run(self.x)
+            out.backward(self.grad_out)
+        test = {"output": out.detach(), **{k: g.detach() for k, g in self.gradients().items()}}
+        self.zero_grad()
+        del out
+        if self.kind != "ub":
+            return finite_result(test, self.ctx, "finite output and gradients")
+        x_ref = self.x.detach().clone().requires_grad_(True)
+        out_ref = self._autocast_run(x_ref, ref_layer)
+        out_ref.backward(self.grad_out)
+        ref = {"output": out_ref.detach(), "input": x_ref.grad,
+               **{k: p.grad for k, p in self._params(ref_layer).items()}}
+        del ref_layer, out_ref, x_ref
+        res = reference_result(test, ref, self.ctx, rtol=self.rtol, atol=self.atol,
+                               reference="same layer with tp_comm_overlap=False",
+                               recipe=self.mc.workload.recipe if self.fp8 else None)
+        self.ctx.sync()
+        return res
+
+    def _reference_layer(self):
+        """The no-overlap layer with this layer's weights (FP8 scaling state: REF_PRIME_ITERS)."""
+        ref_layer = self._tp_layer(overlap=False)
+        with torch.no_grad():
+            ref_params = self._params(ref_layer)
+            for k, p in self._params().items():
+                ref_params[k].copy_(p)
+        return ref_layer
+
+    # -- teardown -------------------------------------------------------------------------------------
+    def close(self):
+        self._teardown(collective=True)
+
+    def _teardown(self, collective: bool) -> None:
+        self.out = None
+        self.layer = self.local = None
+        self.x = self.grad_out = None
+        release_ub(self.te_base, self.ctx, self._ub_live, self._ub_groups, collective)
+        self._ub_live, self._ub_groups = False, []
+
+
+def copy_module_state(dst, src) -> None:
+    """``dst`` takes ``src``'s parameters and buffers, not TE's ``_extra_state`` (FP8 scaling state, a
+    pickle that TE 2.20 refuses to load without NVTE_ALLOW_UNSAFE_PICKLE_EXTRA_STATE=1, and which did
+    not take effect anyway: REF_PRIME_ITERS)."""
+    state = {k: v for k, v in src.state_dict().items() if not k.endswith("_extra_state")}
+    missing, unexpected = dst.load_state_dict(state, strict=False)
+    params = dict(dst.named_parameters())
+    wrong = [k for k in missing if k in params] + [k for k in unexpected if k in dict(src.named_parameters())]
+    if wrong:
+        raise RuntimeError(f"reference module does not match the measured one: {wrong[:5]}")
+
+
+def _pg_map() -> list:
+    try:
+        from torch.distributed import distributed_c10d as c10d
+        return list(c10d._world.pg_map)
+    except Exception:  # noqa: BLE001 - private API; without it the bootstrap groups just stay
+        return []
+
+
+def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict):
+    """One op's bench (the layer stage's block: harness.build_bench)."""
+    return TeOpBench(case, mc, ctx, settings)

@@ -1,0 +1,1 @@
+"""What a run wrote: run-dir paths, session and run.json readers."""

@@ -1,0 +1,50 @@
+"""The run's lock and its resolved config: written once snakemake holds the run (its onstart), never at
+parse time or in a dry run (docs/run-integrity.md)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+_RUN_LOCK = None   # the open lock file of the run this process (snakemake) drives; closed at exit
+
+
+def start_run(run_dir: str | Path, config_json: str | Path, text: str) -> None:
+    """Snakemake's onstart (after its lock, never in a dry run): hold the run's lock for the life of this
+    process, then write the resolved config where it changed. Another invocation running this run
+    holds the lock: refused, with nothing written (its jobs read this config.json)."""
+    import fcntl
+    import os
+
+    from tptune.errors import TptuneError
+
+    global _RUN_LOCK
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(run_dir / ".run.lock", "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "?"
+        fh.close()
+        raise TptuneError(f"{run_dir} is being run by another snakemake (pid {holder}): nothing written; wait for "
+                          "it to end (or stop it) and run again") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    _RUN_LOCK = fh
+    try:
+        same = Path(config_json).read_text() == text
+    except OSError:
+        same = False
+    if not same:
+        write_text_atomic(config_json, text)

@@ -1,0 +1,1 @@
+"""report.md from the run's files: the answer card, the summary figure, the evidence."""

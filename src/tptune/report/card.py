@@ -1,0 +1,236 @@
+"""The report's first screen: what to load, the model TP and why, the block-level gain against the
+references (pooled where several sessions measured the pair), the capped overlap efficiency, and one
+line per reason to doubt it. Built from decisions.json and the recorded sessions only."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tptune.cases import parse_case_id
+from tptune.stats.bound import burned_in
+from tptune.stats.efficiency import Efficiency
+from tptune.stats.wording import classify_ratio
+from tptune.stats.rounds import ratio_of
+from tptune.records.sessions import read_session
+
+# What a run writes for users to load, in the order a user reaches for them, with what loads it.
+LOADABLE = (("tp_comm_overlap_cfg.yaml", "Megatron-LM `--tp-comm-overlap-cfg` (TE `ub_cfgs`)"),
+            ("megatron_flags.txt", "Megatron-LM command-line flags"),
+            ("transformer_config_overrides.yaml", "Megatron-core `TransformerConfig` fields"),
+            ("tp_overlap_cfg_nemo.py", "Megatron-Bridge / NeMo 2 `TransformerLayerTPOverlapCfg`"),
+            ("ub_cfgs.json", "TE `initialize_ub(ub_cfgs=...)`"),
+            ("chunked_cfg.yaml", "the torch backend's chunk counts per GEMM shape"))
+BLOCK = "block"
+
+
+def _ratio(r) -> dict | None:
+    if r is None:
+        return None
+    d = r.to_dict() if hasattr(r, "to_dict") else dict(r)
+    return d if d.get("ratio") is not None else None
+
+
+def _preset(variant: str) -> bool:
+    """A named ub_cfgs preset measured as a reference (not TE defaults, not a tuned combination)."""
+    return variant.startswith("ub.") and "+" not in variant and variant != "ub.te" and not variant.startswith("ub.tuned")
+
+
+def _model_tp_reason(meta: dict) -> str:
+    """The one rule that set the model TP, in words, from the TP decision's evidence."""
+    tp, ev = meta.get("model_tp"), meta.get("model_tp_evidence") or []
+    floor = next((e for e in ev if e.get("rule") == "memory_floor" and not e.get("passed")), None)
+    if floor:
+        return f"memory floor: {floor.get('reason') or floor.get('why')}"
+    for e in ev:
+        if e.get("rule") == "hides_communication" and e.get("tp") == tp and e.get("passed"):
+            return (f"overlap rule at TP {tp}: the tuned ops {e['reason'].replace('hides', 'hide', 1)}; it needs "
+                    f"{100 * e['min_hidden_fraction']:.0f}%")
+        if e.get("rule") == "scaling" and e.get("to_tp") == tp and e.get("passed"):
+            return (f"overlap rule: TP {e['from_tp']} → {tp} takes the four ops from "
+                    f"{e['time_from_ms']:.3f} to {e['time_to_ms']:.3f} ms (needs ≤ {e['bound_ms']:.3f})")
+    for e in ev:
+        if e.get("passed"):
+            continue
+        if e.get("rule") == "hides_communication":
+            return (f"overlap rule at TP {e['tp']}: the tuned ops {e['reason'].replace('hides', 'hide', 1)}, less than the "
+                    f"{100 * e['min_hidden_fraction']:.0f}% it needs")
+        if e.get("rule") == "scaling":
+            return (f"overlap rule: TP {e['from_tp']} → {e['to_tp']} would take the four ops from "
+                    f"{e['time_from_ms']:.3f} to {e['time_to_ms']:.3f} ms (needs ≤ {e['bound_ms']:.3f})")
+        if e.get("rule") == "node_bound":
+            return f"the node: TP {e['tp']} exceeds its {e['gpus_per_node']} GPUs or the TP sizes tried {e['allowed_tps']}"
+    return "the only TP size that could be decided"
+
+
+def _block(meta: dict, margin: float) -> dict | None:
+    """The layer stage at the model TP: what the file holds and the tuned block against each
+    reference, pooled over every session that measured the pair where the run has several."""
+    rec = (meta.get("layer") or {}).get(str(meta.get("model_tp")))
+    if not rec:
+        return None
+    pooled = (rec.get("pooled") or {}).get("pooled") or {}
+    refs, presets = [], []
+    for row in rec.get("settings") or []:
+        vs = row.get("tuned_vs") or {}
+        if not vs:
+            continue
+        session_r = vs.get("ratio")
+        p = pooled.get(row["variant"])
+        r = p or session_r
+        item = {"variant": row["variant"], "ratio": r, "pooled_sessions": (p or {}).get("pooled_sessions", 1),
+                "session_ratio": session_r, "words": classify_ratio(r, margin) if r else "not measured",
+                "status": row.get("status")}
+        if _preset(row["variant"]):
+            presets.append(item)
+        elif row["variant"] in ("none", "ub.te"):
+            refs.append(item)
+    # the best preset is the one the tuned block gains least against (its ratio nearest or above 1)
+    best = max(presets, key=lambda x: (x["ratio"] or {}).get("ratio") or 0.0) if presets else None
+    unproven = sum((r.get("host_batches") or {}).get("failed", 0) for r in rec.get("settings") or [])
+    batches = sum((r.get("host_batches") or {}).get("batches", 0) for r in rec.get("settings") or [])
+    return {"tp": rec["tp"], "winner": rec.get("winner"), "tuned": rec.get("tuned"), "reason": rec.get("reason"),
+            "numerics_failed": rec.get("numerics_failed"), "references": refs, "best_preset": best,
+            "presets": presets, "rounds": rec.get("rounds"), "host_failed": unproven, "host_batches": batches}
+
+
+def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) -> list[str]:
+    meta = decisions["meta"]
+    m = meta.get("measurement") or {}
+    lines = []
+    tied = {op: rec.get("ties") or [] for op, rec in decisions["ops"].items()}
+    n_ties = sum(len(t) for t in tied.values())
+    lines.append(f"Ties: {n_ties} setting(s) within the noise of the pick "
+                 f"({', '.join(f'{op} {len(t)}' for op, t in tied.items() if t) or 'none'}); "
+                 "a tie goes to the cheaper setting, and another run may pick any of them."
+                 if n_ties else "Ties: none; every op's pick beats its other settings beyond the margin.")
+    fin = {op: len(rec.get("finalists") or []) for op, rec in decisions["ops"].items() if rec.get("finalists")}
+    if fin:
+        lines.append("Finalists (faster than the pick beyond the noise, within the margin; the block decided): "
+                     + ", ".join(f"{op} {n}" for op, n in fin.items()) + ".")
+    lines.append(f"Noise: {m['warning']}" if m.get("warning") else
+                 "Noise: the round-to-round noise inside sessions stayed within what the round budget resolves.")
+    faults = m.get("bound_faults") or []
+    lines.append(f"Faults: {len(faults)} bound fault(s) (a no-communication bound measured slower than a setting "
+                 "it bounds); their efficiencies are not shown." if faults else "Faults: no bound fault.")
+    host = m.get("host_bound") or []
+    behind = m.get("host_behind") or []
+    if host or behind:
+        lines.append(f"Host: {len(host)} host-bound setting(s) (host launch ≥ GPU time: in training the host must "
+                     f"keep up with these); {len(behind)} setting(s) with a batch the host never got ahead of.")
+    else:
+        lines.append("Host: every op batch had the host ahead of the GPU (GPU time)." if s.device == "cuda"
+                     else "Host: on CPU the host is the device.")
+    if block and block["host_failed"]:
+        lines.append(f"Block host evidence: {block['host_failed']} of {block['host_batches']} block batches failed the "
+                     "host-ahead check; the block figures include host launch time.")
+    lines.append(f"Failures: {len(failures)} failed member(s), listed under Failures."
+                 if failures else "Failures: none.")
+    return lines
+
+
+def answer_card(s, run_dir: Path, decisions: dict, failures: list[dict]) -> dict:
+    meta = decisions["meta"]
+    margin = meta.get("noise_floor") or s.config["decision"]["noise_floor"]
+    files = [{"name": n, "for": why} for n, why in LOADABLE if (Path(run_dir) / n).exists()
+             and (n != "chunked_cfg.yaml" or s.backend == "torch")]
+    flags = None
+    if (Path(run_dir) / "megatron_flags.txt").exists():
+        flags = " ".join(ln.strip() for ln in (Path(run_dir) / "megatron_flags.txt").read_text().splitlines()
+                         if ln.strip() and not ln.lstrip().startswith("#"))
+    eff = meta.get("model_efficiency")
+    block = _block(meta, margin)
+    return {"files": files, "flags": flags, "model_tp": meta.get("model_tp"), "tp_reason": _model_tp_reason(meta),
+            "ops": {op: {"tp": rec["tp"], "variant": (rec.get("config") or {}).get("variant")}
+                    for op, rec in decisions["ops"].items()},
+            "block": block, "efficiency": Efficiency.from_dict(eff).shown() if eff else None,
+            "confidence": _confidence(decisions, s, failures, block), "cpu": s.device != "cuda",
+            "margin": margin}
+
+
+def _point_ratios(points: dict[str, dict], none_id: str) -> dict[str, dict | None]:
+    """Each member's time over no overlap's, paired by round (the bound after its burn-in round)."""
+    none = points.get(none_id)
+    out = {}
+    for cid, p in points.items():
+        if cid == none_id or none is None:
+            continue
+        q = burned_in(p) if cid.endswith("-nocomm") else p
+        out[cid] = _ratio(ratio_of(q, none))
+    return out
+
+
+def summary_rows(run_dir: Path, decisions: dict) -> list[dict]:
+    """Per op at its chosen TP (its evidence TP for TP 1) and for the block at the model TP: no overlap,
+    TE defaults, each preset, the tuned setting and the bound, as time / no overlap with the interval of
+    the paired per-round ratio from the session that measured them side by side."""
+    rows = []
+    for op, rec in decisions["ops"].items():
+        at = str(rec["tp"]) if str(rec["tp"]) in rec.get("points", {}) else min(rec.get("points", {"0": 0}), key=int)
+        rel = f"sessions/{op}/tp{at}/point"
+        if not (Path(run_dir) / rel / "session.json").exists():
+            continue
+        _, points = read_session(run_dir, rel)
+        winner = (rec.get("winner") or {}).get("case")
+        rows.append(_group(op, int(at), points, f"{op}-tp{at}-none", winner))
+    tp = decisions["meta"].get("model_tp")
+    lay = (decisions["meta"].get("layer") or {}).get(str(tp))
+    rel = f"sessions/layer/tp{tp}"
+    if lay and (Path(run_dir) / rel / "session.json").exists():
+        _, points = read_session(run_dir, rel)
+        rows.append(_group(BLOCK, int(tp), points, f"layer-tp{tp}-none", lay.get("winner")))
+    return rows
+
+
+def _group(name: str, tp: int, points: dict[str, dict], none_id: str, chosen: str | None) -> dict:
+    ratios = _point_ratios(points, none_id)
+    bars = []
+    for cid in sorted(ratios, key=lambda c: (parse_case_id(c).variant_id != "ub.te", c)):
+        v = parse_case_id(cid).variant_id
+        kind = ("bound" if v == "nocomm" else "TE defaults" if v == "ub.te" else "chosen" if cid == chosen
+                else "preset" if _preset(v) else None)
+        if kind is None:
+            continue
+        bars.append({"case": cid, "variant": v, "kind": kind, "ratio": ratios[cid]})
+    if chosen == none_id:
+        bars.append({"case": none_id, "variant": "none", "kind": "chosen",
+                     "ratio": {"ratio": 1.0, "lo": 1.0, "hi": 1.0, "rounds": None}})
+    return {"group": name, "tp": tp, "bars": bars}
+
+
+def plot_summary(rows: list[dict], png: Path) -> Path | None:
+    """One picture: per op and for the block, each setting's time / no overlap with its interval."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [r for r in rows if r["bars"]]
+    if not groups:
+        return None
+    colors = {"TE defaults": "#8c8c8c", "preset": "#4c72b0", "chosen": "#dd8452", "bound": "#55a868"}
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(groups), 3.6))
+    width = 0.8 / max(len(g["bars"]) for g in groups)
+    seen = set()
+    for gi, g in enumerate(groups):
+        for bi, b in enumerate(g["bars"]):
+            r = b["ratio"]
+            if not r:
+                continue
+            x = gi - 0.4 + width * (bi + 0.5)
+            err = None
+            if r.get("lo") is not None and r.get("hi") is not None:
+                err = [[r["ratio"] - r["lo"]], [r["hi"] - r["ratio"]]]
+            label = b["kind"] if b["kind"] != "preset" else b["variant"][3:]
+            ax.bar(x, r["ratio"], width, color=colors[b["kind"]], yerr=err, capsize=2,
+                   label=None if label in seen else label)
+            seen.add(label)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(range(len(groups)), [f"{g['group']}\nTP {g['tp']}" for g in groups])
+    ax.set_ylabel("time / no overlap")
+    lo = min((b["ratio"]["lo"] or b["ratio"]["ratio"]) for g in groups for b in g["bars"] if b["ratio"])
+    ax.set_ylim(max(0.0, lo - 0.05), None)
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("Each setting against no overlap (95% interval, paired rounds)", fontsize=9)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png

@@ -1,0 +1,278 @@
+"""report.md from the run's files: plan, decisions, every measurement, failures, config files, pictures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import polars as pl
+
+from tptune.report.card import answer_card, plot_summary, summary_rows
+from tptune.cases import parse_case_id
+from tptune.stats.efficiency import Efficiency
+from tptune.stats.wording import classify_ratio
+from tptune.model.plan import plan_summary
+from tptune.settings.resolve import Settings, read_calibration
+
+TEMPLATES = Path(__file__).parents[1] / "templates"
+
+
+def _fmt(x, nd=3):
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{nd}f}"
+    return str(x)
+
+
+def _pct(x):
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def _pct_fine(x):
+    """Two significant digits: a search's cost against a grid is often well under 1%."""
+    return "–" if x is None else f"{100 * x:.2g}%"
+
+
+def _ratio(r: dict | None) -> str:
+    """"0.962 [0.951, 0.973], 4 rounds" from a comparison's ratio record."""
+    if not r or r.get("ratio") is None:
+        return "–"
+    lo, hi = r.get("lo"), r.get("hi")
+    iv = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+    return f"{r['ratio']:.3f}{iv}, {r.get('rounds')} rounds"
+
+
+def _memory_md(floor: dict | None) -> str:
+    from tptune.model.memory import markdown_table
+
+    return markdown_table(floor) if floor else "Memory not checked."
+
+
+def _overlap_md(s: Settings) -> str:
+    from tptune.te.traps import report_md
+
+    return report_md(s.config, s.model)
+
+
+def _point_rows(meas: pl.DataFrame) -> pl.DataFrame:
+    """The rows of the TP-point sessions: every reference and finalist measured side by side."""
+    return meas.filter(pl.col("session").str.ends_with("/point"))
+
+
+def _timeline(run_dir: Path, case_id: str) -> str | None:
+    from tptune.trace import plot_timeline
+
+    case = parse_case_id(case_id)
+    trace = run_dir / "sessions" / case.op / f"tp{case.tp}" / "point" / case.dir_name / "trace.rank0.json.gz"
+    if not trace.exists():
+        return None
+    png = run_dir / "figures" / f"timeline-{case_id}.png"
+    png.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        plot_timeline(trace, png)
+    except Exception as exc:  # noqa: BLE001 - a picture must never sink the report
+        return f"(timeline not drawn: {exc})"
+    return str(png.relative_to(run_dir))
+
+
+def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
+    by_case = {r["case"]: r for r in _point_rows(meas).iter_rows(named=True)}
+    # a bound measured above what it bounds is a fault: its shares are not shown (listed at the top)
+    faulted = {f["bound"] for f in (decisions["meta"].get("measurement") or {}).get("bound_faults") or []}
+    behind = (decisions["meta"].get("measurement") or {}).get("host_behind") or []
+    rows = []
+    for op, rec in decisions["ops"].items():
+        winner = (rec.get("winner") or {}).get("case")
+        w = by_case.get(winner, {})
+        at = str(rec["tp"]) if str(rec["tp"]) in rec["points"] else min(rec["points"], key=int)
+        pts = rec["points"][at]
+        none = (pts.get("none") or {}).get("case")
+        nocomm = (pts.get("nocomm") or {}).get("case")
+        t_none = by_case.get(none, {}).get("median_ms")
+        t_bound = (pts.get("nocomm") or {}).get("timing", {}).get("total_ms", {}).get("median")
+        t_w = w.get("median_ms")
+        eff = rec.get("efficiency")
+        comm = sum(w.get(f"{p}_comm_ms") or 0 for p in ("fwd", "bwd"))
+        overlap = sum(w.get(f"{p}_overlap_ms") or 0 for p in ("fwd", "bwd"))
+        rows.append({
+            "op": op, "tp": rec["tp"], "evidence_tp": int(at), "case": winner,
+            "variant": (rec.get("config") or {}).get("variant"), "note": (rec.get("config") or {}).get("note"),
+            "fwd_ms": w.get("fwd_median_ms"), "bwd_ms": w.get("bwd_median_ms"), "total_ms": t_w,
+            "none_ms": t_none, "bound_ms": t_bound,
+            "bound_faulted": nocomm in faulted,
+            "hidden": Efficiency.from_dict(eff).shown() if eff else "–",
+            "finalists": rec.get("finalists") or [], "pooled": rec.get("pooled") or {}, "overlap_pct": (overlap / comm) if comm else None,
+            "exposed_ms": sum(w.get(f"{p}_exposed_comm_ms") or 0 for p in ("fwd", "bwd")) if w else None,
+            "runner_up": (rec.get("runner_up") or {}).get("case"), "margin": rec.get("margin"),
+            "vs_runner_up": _ratio((rec.get("vs_runner_up") or {}).get("ratio")),
+            "vs_none": _ratio((rec.get("vs_none") or {}).get("ratio")),
+            "ties": rec.get("ties") or [], "rounds": rec.get("rounds"), "host_ms": w.get("host_ms"),
+            "host_bound": w.get("host_bound"),
+            # settings of this op with a batch the host never got ahead of: host time in their figures
+            "host_behind": [c for c in behind if c.startswith(f"{op}-tp")],
+            "win_by": rec.get("win_by"), "verdict": w.get("verdict"), "verdict_reason": w.get("verdict_reason"),
+            "tp_evidence": rec.get("tp_evidence", []),
+            "searches": {d: p for d, p in rec.get("searches", {}).items() if not d.endswith("/knobs")},
+            "knob_search": rec.get("knob_search") or {},
+        })
+    return rows
+
+
+def _shape_rows(run_dir: Path, meas: pl.DataFrame, ops: list[dict]) -> list[dict]:
+    """Per shape of an op measured at several (worker.harness.run_case): the chosen setting's and the
+    no-overlap reference's median at that shape, from their TP-point run.json ("shapes")."""
+    by_case = {r["case"]: r for r in _point_rows(meas).iter_rows(named=True)}
+
+    def shapes(case_id):
+        r = by_case.get(case_id) if case_id else None
+        if not r:
+            return []
+        p = run_dir / "sessions" / r["session"] / parse_case_id(case_id).dir_name / "run.json"
+        return (json.loads(p.read_text()).get("shapes") or []) if p.exists() else []
+
+    rows = []
+    for o in ops:
+        if not o["case"]:
+            continue
+        won = shapes(o["case"])
+        case = parse_case_id(o["case"])
+        none = {(s["k_in"], s["n_out"]): s for s in shapes(f"{case.op}-tp{case.tp}-none")}
+        for s in won:
+            t_none = (none.get((s["k_in"], s["n_out"])) or {}).get("median_ms")
+            rows.append({"op": o["op"], "tp": case.tp, "what": s["what"], "k_in": s["k_in"], "n_out": s["n_out"],
+                         "layers": s["layers"], "share": s["share"], "chosen_ms": s["median_ms"], "none_ms": t_none,
+                         "vs_none": s["median_ms"] / t_none if t_none else None})
+    return rows
+
+
+def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
+    """Per (op, TP): none / TE default / presets / tuned / bound medians."""
+    rows = []
+    for (op, tp), grp in _point_rows(meas).group_by("op", "tp", maintain_order=True):
+        med = {r["variant"]: r["median_ms"] for r in grp.iter_rows(named=True)}
+        rec = decisions["ops"].get(op, {})
+        pts = rec.get("points", {}).get(str(tp), {})
+        best = (pts.get("best") or {}).get("case")
+        row = {"op": op, "tp": tp, "none": med.get("none"), "bound": med.get("nocomm"),
+               "te": med.get("ub.te"), "presets": {v: m for v, m in med.items()
+                                                   if v.startswith("ub.") and "+" not in v and v != "ub.te"},
+               "best": best, "best_ms": med.get(parse_case_id(best).variant_id) if best else None,
+               "n_cases": grp.height, "n_ok": grp.filter(pl.col("status") == "ok").height}
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r["op"], r["tp"]))
+
+
+def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
+    """Per TP measured for every op: the sum over ops of each reference and of the fastest setting."""
+    ops = list(decisions["ops"])
+    meas = _point_rows(meas)
+    by = {(r["op"], r["tp"], r["variant"]): r["median_ms"] for r in meas.iter_rows(named=True)}
+    rows = []
+    for tp in sorted({t for t in meas["tp"].to_list()}):
+        def total(variant):
+            vals = [by.get((op, tp, variant)) for op in ops]
+            return None if any(v is None for v in vals) else sum(vals)
+        fastest = []
+        for op in ops:
+            f = (decisions["ops"][op]["points"].get(str(tp)) or {}).get("fastest")
+            fastest.append(f and by.get((op, tp, parse_case_id(f["case"]).variant_id)))
+        presets = sorted({v for (_, t, v) in by if t == tp and v.startswith("ub.") and "+" not in v and v != "ub.te"})
+        rows.append({"tp": tp, "none": total("none"), "te": total("ub.te"),
+                     "presets": {p: total(p) for p in presets},
+                     "tuned": None if any(v is None for v in fastest) else sum(fastest), "bound": total("nocomm")})
+    return rows
+
+
+def _calibration(run_dir: Path) -> dict | None:
+    """The window calibration's choice (timing.window_ms: auto), without its recorded rounds."""
+    rec = read_calibration(run_dir)
+    return {k: rec.get(k) for k in ("window_ms", "why", "device", "gpu")} if rec else None
+
+
+_SESSION_KEYS = ("members", "contenders", "always", "canary", "evidence", "margin", "tie_margin", "injected_faults",
+                 "check", "layer", "presets")   # set by the session's role (the layer stage: check, layer, presets)
+
+
+def _measured_with(run_dir: Path) -> list[dict]:
+    """The measurement settings the sessions recorded (search.measurement), grouped: one group where
+    every session was measured alike, else one per distinct setting with its sessions. Only what a
+    session's own role sets (members, margins, evidence) is left out."""
+    groups: dict[str, dict] = {}
+    for sj in sorted(run_dir.glob("sessions/**/session.json")):
+        sess = json.loads(sj.read_text())
+        rec = sess.get("settings")
+        common = ({k: v for k, v in rec.items() if k not in _SESSION_KEYS and k != "model"} if rec
+                  else None)
+        key = json.dumps(common, sort_keys=True)
+        g = groups.setdefault(key, {"settings": common, "sessions": []})
+        g["sessions"].append(sess["session"])
+    out = []
+    for g in groups.values():
+        st = g["settings"]
+        if st is None:
+            text = "not recorded (a session measured before tptune recorded its settings)"
+        else:
+            tm = st.get("timing") or {}
+            text = ", ".join(f"{k}={tm[k]}" for k in sorted(tm)) + f"; check={st.get('check')}" + (
+                f"; layer {st['layer']}" if st.get("layer") else "") + (
+                f"; launcher {st['launcher']}" if st.get("launcher") else "")
+        out.append({"text": text, "sessions": g["sessions"]})
+    return out
+
+
+def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
+    plan = pl.read_parquet(run_dir / "plan.parquet")
+    meas = pl.read_parquet(run_dir / "measurements.parquet")
+    decisions = json.loads((run_dir / "decisions.json").read_text())
+    ops = _op_rows(decisions, meas)
+    for row in ops:
+        row["timeline"] = _timeline(run_dir, row["case"]) if row["case"] else None
+    from tptune.records.run_status import run_failures
+
+    status = run_failures(run_dir)   # every failed member, every retried attempt, every stage none of whose members ran
+    failures = status["members"]
+    runs = meas.filter(pl.col("wall_s").is_not_null())
+    gpu_s = float((runs["wall_s"] * runs["tp"]).sum()) if runs.height else 0.0
+    started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
+    env = {}
+    for r in meas.iter_rows(named=True):
+        p = run_dir / "sessions" / r["session"] / parse_case_id(r["case"]).dir_name / "run.json"
+        if p.exists():
+            env = json.loads(p.read_text()).get("environment") or {}
+            if env:
+                break
+    sessions = [json.loads(p.read_text()) for p in sorted(run_dir.glob("sessions/**/session.json"))]
+    session_rows = [{"session": x["session"], "members": len(x["members"]), "rounds": x["rounds"],
+                     "stop": x["stop"], "wall_s": x["wall_s"], "gpu_s": x.get("gpu_s"),
+                     "failed": x.get("failed") or []} for x in sessions]
+    gpu_s = sum(x.get("gpu_s") or 0.0 for x in sessions) or gpu_s
+    yaml_text = (run_dir / "tp_comm_overlap_cfg.yaml").read_text()
+    flags_text = (run_dir / "megatron_flags.txt").read_text() if (run_dir / "megatron_flags.txt").exists() else None
+    chunk_text = (run_dir / "chunked_cfg.yaml").read_text()
+    env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                               trim_blocks=True, lstrip_blocks=True)
+    env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
+                         words=lambda r: classify_ratio(r, s.config["decision"]["noise_floor"]),
+                         efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
+    card = answer_card(s, run_dir, decisions, failures)
+    summary = summary_rows(run_dir, decisions)
+    png = plot_summary(summary, run_dir / "figures" / "summary.png")
+    text = env_t.get_template("report.md.j2").render(
+        card=card, summary_rows=summary, summary_png=str(png.relative_to(run_dir)) if png else None,
+        layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)),
+        s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
+        plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
+        comparison=_comparison(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
+        tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
+        gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=yaml_text,
+        chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows, flags_text=flags_text,
+        measurement=decisions["meta"].get("measurement") or {},
+        memory_md=_memory_md(decisions["meta"].get("memory")),
+        overlap_md=_overlap_md(s),
+        layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),
+        calibration=_calibration(run_dir), shape_rows=_shape_rows(run_dir, meas, ops),
+        status=status, measured_with=_measured_with(run_dir),
+    )
+    out.write_text(text)
+    return out

@@ -1,0 +1,71 @@
+"""What a measuring job measures with: a session's measurement settings, their digest, and the op
+settings the launcher takes from them."""
+from __future__ import annotations
+
+import json
+
+from tptune.search.steps import canary_case, point_contenders, point_members, step_cases
+from tptune.settings.resolve import Settings, step_margins
+
+# -- what a measuring job measures with ----------------------------------------------------------
+# A session's *measurement settings*: exactly what its measuring job hands the launcher, and nothing
+# else. The measuring rules' params are these (so a changed setting re-measures exactly the sessions
+# it touches, and a decision-only one none), the job refuses to measure when the run's config.json
+# gives other ones than it was scheduled with, and session.json records them ("settings").
+# Everything else in the run config only derives (decisions, configs, report) or runs the machinery
+# (launcher pool, time-outs, retries): docs/run-integrity.md.
+MEASURE_LAUNCHER_KEYS = ("multicast", "env", "cpu_threads_per_rank")
+
+
+def measurement(s: Settings, op_settings: dict, members: list[str] | None, *, canary: str | None,
+                margin: float, tie_margin: float | None, evidence: bool, contenders: list[str] | None = None,
+                always: list[str] | None = None, layer: dict | None = None) -> dict:
+    """A session's measurement settings (see above). ``members`` None: they follow from the job's
+    input files (the layer stage's block settings come from the TP points). The run's ``faults`` (a
+    testing aid that makes a member fail, as a machine might) are not among them: changing them
+    re-measures nothing; ``snakemake -R $(tptune failed <run>)`` re-measures failed sessions."""
+    lc = s.config.get("launcher") or {}
+    model = {k: v for k, v in s.model.to_dict().items() if k != "source"}   # what is measured, not where it was read
+    return {"backend": s.backend, "device": s.device, "model": model,
+            "timing": dict(op_settings["timing"]), "check": bool(op_settings.get("check", False)),
+            "atomic_gemm": bool((op_settings.get("search") or {}).get("atomic_gemm", False)),
+            "layer": layer, "members": members, "contenders": contenders, "always": always, "canary": canary,
+            "evidence": evidence, "margin": margin, "tie_margin": tie_margin,
+            "launcher": {k: lc.get(k) for k in MEASURE_LAUNCHER_KEYS}}
+
+
+def launcher_op_settings(m: dict) -> dict:
+    """The op settings Launcher.session takes, from a measurement (nothing else reaches it)."""
+    return {"timing": dict(m["timing"]), "check": m["check"], "search": {"atomic_gemm": m["atomic_gemm"]},
+            **({"layer": m["layer"]} if m["layer"] is not None else {})}
+
+
+def settings_digest(m: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(m, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def step_measurement(s: Settings, op: str, tp: int, dim: str, prev: dict | None) -> dict:
+    cases = step_cases(s, op, tp, dim, prev)
+    win, floor = step_margins(s)
+    return measurement(s, s.op_settings(op), [c.id for c in cases], canary=None, margin=win, tie_margin=floor,
+                       evidence=False)
+
+
+def point_measurement(s: Settings, op: str, tp: int, results: list[dict]) -> dict:
+    members, _ = point_members(s, op, tp, results)
+    ids = [c.id for c in members]
+    return measurement(s, s.op_settings(op), ids, canary=canary_case(s, tp).id,
+                       margin=s.config["decision"]["noise_floor"], tie_margin=None, evidence=True,
+                       contenders=point_contenders(members))
+
+
+def layer_measurement(s: Settings, tp: int) -> dict:
+    """The layer stage of one TP: its block settings follow from the TP points (its inputs)."""
+    ops = dict(s.op_settings(s.ops[0]))
+    ops["check"] = True
+    return measurement(s, ops, None, canary=canary_case(s, tp).id, margin=s.config["decision"]["noise_floor"],
+                       tie_margin=None, evidence=True,
+                       layer={k: v for k, v in (s.config.get("layer") or {}).items() if k != "enabled"}) | (
+        {"presets": list(s.config["search"].get("te_presets") or [])} if s.backend == "te" else {})

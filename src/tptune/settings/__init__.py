@@ -1,0 +1,1 @@
+"""The run config: schema, defaults, resolved settings."""

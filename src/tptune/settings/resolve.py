@@ -1,0 +1,377 @@
+"""The run configuration: validate it (schema + model + TP checks) and resolve what each op runs with."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from tptune.errors import ConfigError
+from tptune.measure.gpupool import available_ids, slurm_allocation
+from tptune.settings.schema import problems as schema_problems
+from tptune.model.spec import ModelConfig, load_model
+from tptune.model.ops import OPS
+
+CALIBRATION_JSON = "calibration/window.json"    # a run's window calibration (timing.window_ms: auto), beside config.json
+SCHEMA = yaml.safe_load((Path(__file__).parents[1] / "data" / "config.schema.yaml").read_text())
+PER_OP_KEYS = {"timing", "search", "check"}
+ROOT = Path(__file__).resolve().parents[2]     # the checkout: Snakefile, config/, rules/
+DEFAULTS = Path("config") / "config.yaml"       # what the Snakefile loads before any --configfile
+RUN_FILE_HINT = ("a run config YAML (layered over config/config.yaml, as snakemake --configfile is) or a "
+                 "run's outputs/<run>/config.json")
+
+
+def read_calibration(run_dir: str | Path) -> dict | None:
+    """The run's window calibration record (window_calibration), or None where it has none."""
+    try:
+        return json.loads((Path(run_dir) / CALIBRATION_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def _schema_problems(config: dict) -> list[str]:
+    return schema_problems(config, SCHEMA)
+
+
+def te_available() -> bool:
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+@dataclass
+class Settings:
+    config: dict
+    model: ModelConfig
+    backend: str            # torch | te
+    device: str             # cpu | cuda
+    run: str
+
+    @property
+    def ops(self) -> list[str]:
+        return list(self.config["ops"])
+
+    @property
+    def tp_sizes(self) -> list[int]:
+        return sorted(self.config["tp_sizes"])
+
+    def op_settings(self, op: str) -> dict:
+        """Timing/search/check for one op: the run's values with the op's own overrides merged over."""
+        base = {k: self.config.get(k) for k in ("timing", "search") if k in self.config}
+        over = self.config.get("op_settings", {}).get(op, {})
+        merged = deep_merge(base, over)
+        merged["check"] = over.get("check", self.backend == "te")
+        return merged
+
+    @property
+    def window_auto(self) -> bool:
+        """timing.window_ms: auto, for the run or an op: the window comes from the node's calibration
+        (window_calibration; the workflow's calibrate_window rule)."""
+        return any(self.op_settings(op)["timing"].get("window_ms") == "auto" for op in self.ops)
+
+    def with_window(self, window_ms: float) -> "Settings":
+        """These settings with every ``window_ms: auto`` (the run's, an op's) replaced by ``window_ms``."""
+        cfg = copy.deepcopy(self.config)
+        for timing in [cfg.get("timing") or {}] + [(o or {}).get("timing") or {}
+                                                    for o in (cfg.get("op_settings") or {}).values()]:
+            if timing.get("window_ms") == "auto":
+                timing["window_ms"] = window_ms
+        return replace(self, config=cfg)
+
+    def launcher_settings(self) -> dict:
+        return {"backend": self.backend, "device": self.device, "launcher": self.config["launcher"]}
+
+
+def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", check_hardware: bool = True,
+            node_tps: list[int] | None = None) -> Settings:
+    """Validate a merged run config and everything it points to. Raises ConfigError listing all problems.
+
+    ``check_hardware=False`` is for steps that only read recorded measurements (search steps,
+    decisions, report): they run anywhere, e.g. on a laptop with a GPU node's outputs copied over;
+    and for a dry run or a submit host (TPTUNE_SUBMIT_ONLY=1), which measure nothing here.
+    With ``check_hardware``, this node must hold the TP sizes ``node_tps`` (default: all of
+    ``tp_sizes``, the workflow's parse-time check; a measuring job gives its own TP, as a Slurm job
+    is granted only the GPUs of its TP)."""
+    problems = _schema_problems(config)
+    if problems:
+        if any(re.match(r"field '[^'.]+': (unknown key|required but missing)", p) for p in problems):
+            problems.append(f"(a run config is {RUN_FILE_HINT}; its keys are those of config/config.yaml)")
+        raise ConfigError(source, problems)
+    for op, own in (config.get("op_settings") or {}).items():
+        if op not in OPS:
+            problems.append(f"field 'op_settings.{op}': unknown op (expected one of {', '.join(OPS)})")
+        elif not isinstance(own, dict):
+            problems.append(f"field 'op_settings.{op}': {own!r} is not a mapping (expected keys "
+                            f"{', '.join(sorted(PER_OP_KEYS))})")
+        else:
+            extra = set(own) - PER_OP_KEYS
+            if extra:
+                problems.append(f"field 'op_settings.{op}': unknown key(s) {sorted(extra)} "
+                                f"(expected {', '.join(sorted(PER_OP_KEYS))})")
+            for key in sorted(set(own) & PER_OP_KEYS):     # an op's block has the run-wide block's rules
+                sub = SCHEMA["properties"][key] if key != "check" else {"type": "boolean"}
+                problems.extend(schema_problems(own[key], sub, f"op_settings.{op}.{key}"))
+    if problems:
+        raise ConfigError(source, problems)
+    for case_id in config.get("faults", {}):
+        if not re.fullmatch(r"[a-z0-9]+-tp\d+-.+", case_id):
+            problems.append(f"field 'faults.{case_id}': expected a case id <op>-tp<N>-<variant>")
+    model_path = Path(config["model"])
+    if not model_path.is_absolute():
+        model_path = Path(base_dir) / model_path
+    try:
+        mc = load_model(model_path, config.get("workload") or {})
+    except ConfigError as exc:
+        for p in exc.problems:
+            if p.startswith("missing field 'seq_length'"):     # the run's workload, not the model, lacks it
+                hf = str(exc.source).endswith(".json")
+                problems.append(f"field 'workload.seq_length': required: the model file {exc.source} gives no "
+                                f"sequence length{' (a Hugging Face config.json has none)' if hf else ''}; set "
+                                f"workload: {{seq_length: <tokens>}} in the run config")
+            else:
+                problems.append(f"model file {exc.source}: {p}")
+        mc = None
+    node = config.get("gpus_per_node", 8)
+    for tp in sorted(config["tp_sizes"]):
+        if tp & (tp - 1):
+            problems.append(f"field 'tp_sizes': TP={tp} is not a power of two")
+        if tp > node:
+            problems.append(f"field 'tp_sizes': TP={tp} exceeds gpus_per_node={node} (TP stays within one node)")
+        if mc is not None:
+            problems.extend(f"field 'tp_sizes': {p}" for p in mc.tp_problems(tp))
+    from tptune.model.memory import config_problems as memory_problems
+    problems.extend(memory_problems(config, mc))
+    from tptune.te.traps import config_problems as trap_problems  # ops with nothing under TP overlap in this model
+    problems.extend(trap_problems(config, mc))
+    backend = config.get("backend", "auto")
+    gpu_ids = available_ids()
+    has_gpu = bool(gpu_ids)
+    if backend == "auto":
+        backend = "te" if has_gpu and te_available() else "torch"
+    if check_hardware and backend == "te" and not has_gpu:
+        problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch; on a "
+                        "submit host without GPUs, e.g. a Slurm login node, set TPTUNE_SUBMIT_ONLY=1)")
+    if check_hardware and backend == "te" and not te_available():
+        problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]'; "
+                        "on a submit host without them set TPTUNE_SUBMIT_ONLY=1)")
+    problems.extend(_knob_search_problems(config, backend))
+    problems.extend(cross_field_problems(config))
+    if check_hardware:
+        tps = sorted(config["tp_sizes"]) if node_tps is None else sorted(node_tps)
+        problems.extend(node_problems(tps, gpu_ids, (config.get("launcher") or {}).get("cpu_slots", 8)))
+    if mc is not None and mc.workload.is_fp8:
+        # FP8: the torch backend refuses it in one line unless workload.fp8_emulation: bf16; the recipe
+        # must suit the GPU (its compute capability when this node has one, else hardware.gpu).
+        from tptune.te.fp8 import device_capability, fp8_startup_problems
+        cc = device_capability() if has_gpu and check_hardware else None
+        problems.extend(fp8_startup_problems(mc.workload, backend, config.get("hardware"), cc))
+    if problems:
+        raise ConfigError(source, problems)
+    device = "cuda" if has_gpu or (backend == "te" and not check_hardware) else "cpu"
+    w = mc.workload
+    run = config.get("run") or f"{mc.model.name}-s{w.seq_length}-b{w.micro_batch_size}-{w.dtype}-{backend}"
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", run):
+        raise ConfigError(source, [f"field 'run' = {run!r}: use letters, digits, '.', '_' and '-' only"])
+    return Settings(config=config, model=mc, backend=backend, device=device, run=run)
+
+
+def cross_field_problems(config: dict) -> list[str]:
+    """Rules between fields that each pass the schema alone, for the run and each op's merged settings:
+    timing.min_rounds <= timing.max_rounds; every search.te_presets name is a preset the workers can
+    load; decision.step_margin <= decision.noise_floor; decision.min_tp within tp_sizes; no list entry
+    twice; every faults entry names a case of this run."""
+    out: list[str] = []
+    for name in ("ops", "tp_sizes"):
+        dup = sorted({v for v in config[name] if config[name].count(v) > 1})
+        if dup:
+            out.append(f"field '{name}': {', '.join(map(str, dup))} given more than once")
+    own_all = config.get("op_settings") or {}
+    for op in config["ops"]:
+        own = own_all.get(op) or {}
+        timing = deep_merge(config.get("timing") or {}, own.get("timing") or {})
+        lo, hi = timing.get("min_rounds"), timing.get("max_rounds")
+        if lo is not None and hi is not None and lo > hi:
+            where = "op_settings.{op}.timing" if {"min_rounds", "max_rounds"} & set(own.get("timing") or {}) \
+                else "timing"
+            out.append(f"field '{where.format(op=op)}.min_rounds' = {lo} exceeds max_rounds = {hi}: a session "
+                       f"stops at max_rounds (its round budget), so min_rounds must be at most max_rounds")
+        search = deep_merge(config.get("search") or {}, own.get("search") or {})
+        where = f"op_settings.{op}.search" if "te_presets" in (own.get("search") or {}) else "search"
+        out.extend(f"field '{where}.te_presets': {p}" for p in preset_problems(search.get("te_presets") or []))
+    d = config.get("decision") or {}
+    if isinstance(d.get("step_margin"), (int, float)) and isinstance(d.get("noise_floor"), (int, float)) \
+            and d["step_margin"] > d["noise_floor"]:
+        out.append(f"field 'decision.step_margin' = {d['step_margin']} exceeds decision.noise_floor = "
+                   f"{d['noise_floor']}: a search step wins beyond step_margin and ties within noise_floor, "
+                   f"so step_margin must be at most noise_floor")
+    min_tp = d.get("min_tp")
+    if isinstance(min_tp, int) and not isinstance(min_tp, bool) and min_tp > max(config["tp_sizes"]):
+        out.append(f"field 'decision.min_tp' = {min_tp} exceeds every TP in tp_sizes {sorted(config['tp_sizes'])}: "
+                   f"nothing could be recommended")
+    targets = set(config["ops"]) | {"layer"}
+    for case_id, spec in (config.get("faults") or {}).items():
+        m = re.fullmatch(r"([a-z0-9]+)-tp(\d+)-.+", str(case_id))
+        # TP 1: the window calibration's cases (timing.window_ms: auto, tptune calibrate-window --run-config)
+        if m and (m[1] not in targets or int(m[2]) not in {1, *config["tp_sizes"]}):
+            out.append(f"field 'faults.{case_id}': this run measures no such case (its ops: "
+                       f"{', '.join(config['ops'])}, and layer; its tp_sizes: {sorted(config['tp_sizes'])}, "
+                       f"and 1 for the window calibration)")
+        if not (isinstance(spec, str) and re.fullmatch(r"(raise|hang|exit)(:\d+)?", spec)):
+            out.append(f"field 'faults.{case_id}' = {spec!r}: expected \"raise:<rank>\", \"hang:<rank>\" or "
+                       f"\"exit:<rank>\"")
+    return list(dict.fromkeys(out))
+
+
+def preset_problems(names: list[str]) -> list[str]:
+    """Each name that is not a preset the workers can load (search.ubcfg.load_preset: TE's defaults "te",
+    or config/presets/<name>.yaml), naming the valid ones; a preset file that does not load, with why."""
+    from tptune.te.ubcfg import BUILTIN_PRESET, PRESETS_DIR, load_preset
+
+    out = []
+    valid = [BUILTIN_PRESET] + sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+    for name in dict.fromkeys(names):
+        if names.count(name) > 1:
+            out.append(f"{name!r} given more than once")
+        if not (PRESETS_DIR / f"{name}.yaml").is_file() and name != BUILTIN_PRESET:
+            out.append(f"no preset {name!r} (valid: {', '.join(valid)}; a preset is a file <name>.yaml in "
+                       f"{PRESETS_DIR})")
+            continue
+        try:
+            load_preset(name)
+        except ValueError as exc:
+            out.append(f"preset {name!r} does not load: {exc}")
+    return out
+
+
+def node_problems(tps: list[int], gpu_ids: list[str], cpu_slots: int) -> list[str]:
+    """TP sizes this node cannot hold: a TP group needs TP GPUs (on CPU, TP of launcher.cpu_slots worker
+    slots). ``gpu_ids``: the GPUs this process may use (gpupool.available_ids); none: a CPU run."""
+    if gpu_ids:
+        too_big = [tp for tp in tps if tp > len(gpu_ids)]
+        if not too_big:
+            return []
+        if slurm_allocation() is not None:
+            where = "granted by Slurm to this job"
+        elif os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+            where = f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}"
+        else:
+            where = "listed by the driver"
+        return [f"field 'tp_sizes': this node shows {len(gpu_ids)} GPU(s) ({where}: {', '.join(gpu_ids)}) and "
+                f"the run asks for TP sizes {tps}: TP={', '.join(map(str, too_big))} cannot run here. Lower "
+                f"tp_sizes, or run on a node with {max(too_big)} GPUs (a Slurm submit host sets "
+                f"TPTUNE_SUBMIT_ONLY=1: its jobs are checked where they run)"]
+    too_big = [tp for tp in tps if tp > cpu_slots]
+    if not too_big:
+        return []
+    return [f"field 'tp_sizes': no GPU here, so ranks run on CPU worker slots, and launcher.cpu_slots = "
+            f"{cpu_slots} slot(s) cannot hold the TP sizes asked {tps} (TP={', '.join(map(str, too_big))}). "
+            f"Lower tp_sizes or raise launcher.cpu_slots"]
+
+
+def _knob_search_problems(config: dict, backend: str) -> list[str]:
+    """search.mode knobs (run-wide or per op): the TE backend only, and a valid search.knobs."""
+    from tptune.te.methods import knob_config
+
+    out = []
+    for op in config["ops"]:
+        own = ((config.get("op_settings") or {}).get(op) or {}).get("search") or {}
+        search = deep_merge(config.get("search") or {}, own)
+        where = f"op_settings.{op}.search" if "mode" in own else "search"
+        if search.get("mode") == "knobs" and backend != "te":
+            out.append(f"field '{where}.mode': knobs searches TE userbuffers knobs and needs backend te "
+                       f"(this run's backend is {backend})")
+        try:
+            knob_config(search.get("knobs"))
+        except ValueError as exc:
+            where = f"op_settings.{op}.search" if "knobs" in own else "search"
+            out.append(f"field '{where}.knobs': {exc}")
+    return list(dict.fromkeys(out))
+
+
+MODEL_KEYS = ("hidden_size", "num_attention_heads", "num_layers", "num_hidden_layers", "architectures",
+              "model_type", "ffn_hidden_size", "intermediate_size")
+
+
+def load_config_files(*paths: str | Path) -> dict:
+    """Defaults then overrides, as Snakemake merges configfiles."""
+    merged: dict = {}
+    for p in paths:
+        p = Path(p)
+        try:
+            raw = yaml.safe_load(p.read_text())
+        except FileNotFoundError:
+            raise ConfigError(str(p), [f"file not found (expected {RUN_FILE_HINT})"]) from None
+        except IsADirectoryError:
+            raise ConfigError(str(p), [f"is a folder (expected {RUN_FILE_HINT})"]) from None
+        except UnicodeDecodeError:
+            raise ConfigError(str(p), [f"not a text file (expected {RUN_FILE_HINT})"]) from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(str(p), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
+        if raw is not None and not isinstance(raw, dict):
+            raise ConfigError(str(p), [f"expected a mapping of settings (key: value) at the top level, got a "
+                                       f"{type(raw).__name__} (expected {RUN_FILE_HINT})"])
+        if raw and any(k in raw for k in MODEL_KEYS):
+            raise ConfigError(str(p), ["this is a model file, not a run config: name it in a run config as "
+                                       f"`model: {p}` (tptune takes {RUN_FILE_HINT})"])
+        merged = deep_merge(merged, raw or {})
+    return merged
+
+
+def defaults_file() -> Path:
+    """The defaults a run config is layered over: config/config.yaml of the folder snakemake runs in
+    (the Snakefile's configfile), else of this checkout."""
+    return DEFAULTS if DEFAULTS.is_file() else ROOT / DEFAULTS
+
+
+def is_run_record(path: str | Path) -> bool:
+    """A run's outputs/<run>/config.json (the workflow writes it: every setting resolved, defaults included)."""
+    path = Path(path)
+    if path.suffix != ".json" or not path.is_file():
+        return False
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    # the workflow marks it (_source); a copy written without the mark still holds the defaults' blocks
+    return isinstance(raw, dict) and ("_source" in raw or {"model", "ops", "tp_sizes", "timing", "launcher"} <= set(raw))
+
+
+def load_run_config(paths: list[str | Path]) -> tuple[dict, str, str]:
+    """(config, source, base_dir) from what a user has: a run's outputs/<run>/config.json, read as
+    recorded; or run config file(s) (YAML; JSON is YAML too), layered over config/config.yaml as
+    ``snakemake --configfile`` layers them. A model file, or a recorded config among others, is refused."""
+    paths = [Path(p) for p in paths]
+    records = [p for p in paths if is_run_record(p)]
+    if records and len(paths) > 1:
+        raise ConfigError(", ".join(map(str, paths)),
+                          [f"{records[0]} is a run's recorded config.json: it holds every setting already; "
+                           "give it alone (or give run config YAMLs, layered over config/config.yaml)"])
+    if records:
+        cfg = json.loads(records[0].read_text())
+        cfg.pop("_source", None)
+        return cfg, str(records[0]), cfg.pop("_base_dir", ".")
+    defaults = defaults_file()
+    if not defaults.is_file():
+        raise ConfigError(str(DEFAULTS), ["not found here nor in the tptune checkout: it holds the defaults a run "
+                                          "config is layered over (run tptune from the workflow's folder)"])
+    given = [p for p in paths if p.resolve() != defaults.resolve()]
+    cfg = load_config_files(defaults, *given)
+    return cfg, " + ".join([f"{defaults} (defaults)"] + [str(p) for p in given]), "."
+
+
+def step_margins(s: Settings) -> tuple[float, float]:
+    """(win, tie) margins of a search step's paired comparison: a value wins beyond
+    decision.step_margin, a resolved tie lies within decision.noise_floor. A run recorded without
+    step_margin (before it existed) replays with the noise floor for both, as it was measured."""
+    d = s.config["decision"]
+    return float(d.get("step_margin", d["noise_floor"])), float(d["noise_floor"])

@@ -1,0 +1,1 @@
+"""The side-by-side statistics: rounds, paired ratios, noise, session noise, picks."""

@@ -1,0 +1,94 @@
+"""The no-communication bound: its burn-in round and the bound-fault test.
+
+Burn-in. In the recorded point sessions (20 with a bound, benchmarks/bound_replay.py) the bound's value in
+round 0, relative to no overlap, reads +4.1% (median +3.1%) above the same ratio in its later rounds,
+while every setting measured in round 0 reads as in its later rounds (-0.6% at position 2, +0.3% later);
+from round 1 on the bound sits where it does in the rest of the session, also in round 1 where it is
+measured first. So the artefact is the bound's first round (its first build in the session, measured right
+after no overlap's), not its position: the bound's first round is a burn-in, kept in run.json and left out
+of every figure the bound enters (faults, efficiency, the TP rule's sums).
+
+Fault. A bound slower than a setting it bounds beyond the noise, by the same paired statistic the
+efficiency uses (per-round log ratio bound/setting, 95% interval entirely above 1), is a measurement
+fault: the report shows the fault instead of a percentage. So is a paired estimate above 1 + the margin
+whose interval is too wide to decide (a bound dropped from its session after two rounds, 3.5% above no
+overlap on FP8 fc1): a bound must be below what it bounds, and such an estimate cannot give a share.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+
+from tptune.stats.rounds import Ratio, paired_ratio, point_rounds
+
+BOUND_BURN_IN_ROUNDS = 1
+FAULT_MARGIN = 0.02          # decision.noise_floor's default
+
+
+def is_bound(case_id: str | None) -> bool:
+    return bool(case_id) and case_id.endswith("-nocomm")
+
+
+def burned_in(point: dict | None, rounds: int = BOUND_BURN_IN_ROUNDS) -> dict | None:
+    """The bound's point without its first ``rounds`` measured rounds (the median over the rest); the
+    point as it is when that would leave fewer than two rounds. ``burn_in`` records what was left out."""
+    r = point_rounds(point)
+    if not r or len(r) - rounds < 2:
+        return point
+    ids = sorted(r)
+    keep, dropped = ids[rounds:], ids[:rounds]
+    p = copy.deepcopy(point)
+    tot = p["timing"]["total_ms"]
+    tot["rounds"] = [r[i] for i in keep]
+    tot["round_ids"] = keep
+    tot["median"] = statistics.median(tot["rounds"])
+    tot.pop("round_iters", None)
+    tot.pop("samples", None)
+    for k in ("fwd_ms", "bwd_ms"):   # their rounds stay whole: only total_ms enters a figure
+        p["timing"].get(k, {}).pop("samples", None)
+    p["burn_in"] = {"dropped_rounds": dropped, "why": "the bound's first round reads high (stats.bound)"}
+    return p
+
+
+def bound_vs(bound: dict, setting: dict) -> Ratio | None:
+    """bound / setting over the rounds of one session both were measured in; None without two."""
+    if bound.get("session") is None or bound.get("session") != setting.get("session"):
+        return None
+    r = paired_ratio(point_rounds(bound), point_rounds(setting))
+    return r if r is not None and r.rounds >= 2 else None
+
+
+def is_fault(r: Ratio | None, margin: float = FAULT_MARGIN) -> bool:
+    """The bound reads slower than the setting beyond the noise, or by more than the margin in its
+    paired estimate (module doc)."""
+    return r is not None and (r.lo > 1.0 or r.ratio > 1.0 + margin)
+
+
+def bound_faults(points: dict[str, dict], margin: float = FAULT_MARGIN) -> list[dict]:
+    """Every setting measured beside the bound that the bound reads slower than (is_fault); points
+    recorded without rounds fall back to their medians against the margin."""
+    from tptune.records.points import point_median
+
+    bound = next((p for c, p in points.items() if is_bound(c)), None)
+    if bound is None or point_median(bound) == float("inf"):
+        return []
+    note = "bound slower than a setting it bounds: measurement fault"
+    faults = []
+    for cid, p in points.items():
+        if p is bound or point_median(p) == float("inf"):
+            continue
+        r = bound_vs(bound, p) if point_rounds(bound) and point_rounds(p) else None
+        if r is not None:
+            if is_fault(r, margin):
+                faults.append({"bound": bound["case"], "above": cid, **r.to_dict(), "note": note})
+        elif point_median(bound) > point_median(p) * (1 + margin):
+            faults.append({"bound": bound["case"], "above": cid,
+                           "ratio": point_median(bound) / point_median(p), "note": note + " (medians)"})
+    return faults
+
+
+def bound_above_rounds(bound: dict, setting: dict) -> tuple[int, int]:
+    """(rounds where the bound reads slower than the setting, rounds both were measured in)."""
+    a, b = point_rounds(bound), point_rounds(setting)
+    common = sorted(set(a) & set(b))
+    return sum(a[r] > b[r] for r in common), len(common)

@@ -1,0 +1,1 @@
+"""Transformer Engine and Megatron-core knowledge: ub_cfgs rules, methods, FP8 rules, flags, presets."""
