@@ -154,7 +154,11 @@ def test_the_block_decides_between_the_tuned_and_the_finalists_combination(tmp_p
 
     from tptune.decide.layer import layer_record
 
-    s = types.SimpleNamespace(config={"decision": {"noise_floor": 0.02}, "layer": {"num_layers": 2}})
+    from tptune.model.spec import load_model
+
+    tiny = load_model(Path(__file__).parents[1] / "config" / "models" / "tiny.yaml",
+                      {"seq_length": 512, "micro_batch_size": 1, "dtype": "fp32"})
+    s = types.SimpleNamespace(config={"decision": {"noise_floor": 0.02}, "layer": {"num_layers": 2}}, model=tiny)
 
     def session(d, members):
         runs = {}
