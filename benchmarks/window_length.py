@@ -52,7 +52,8 @@ from pathlib import Path
 from tptune.cases import make_case
 from tptune.measure.launch import Launcher
 from tptune.stats.rounds import log_ratio_interval, t975
-from tptune.cli.calibrate import load_sharded, member_record, sd_interval, window_value
+from tptune.cli.calibrate import (load_sharded, member_record, sd_interval, split_rounds,  # noqa: F401
+                                  window_value)
 
 
 

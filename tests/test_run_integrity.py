@@ -178,7 +178,10 @@ SETTINGS = [
     ("parallel.recompute", "full", False), ("parallel.memory_fraction", 0.8, False),
     ("parallel.memory_check", False, False),
     ("hardware.gpu_memory_gb", 80.0, False), ("hardware.gpu", "H100", False),
-    ("hardware.peak_tflops_fp8", 1000.0, False),
+    ("hardware.peak_tflops_fp8", 1000.0, False), ("hardware.peak_tflops", 500.0, False),
+    ("hardware.gemm_efficiency", 0.5, False), ("hardware.bus_gbps", 100.0, False), ("hardware.latency_us", 9.0, False),
+    ("parallel.ep", 2, False), ("parallel.etp", 1, False),
+    ("workload.packed_sequences", True, False), ("workload.sequence_parallel", False, False),
     ("workload.seq_length", 256, True), ("workload.micro_batch_size", 2, True), ("workload.dtype", "bf16", True),
     ("workload.recipe", "current", False), ("workload.fp8_format", "e4m3", False),   # FP8 only: nothing here
     ("workload.fp8_emulation", "bf16", False),
@@ -207,6 +210,7 @@ def _set(cfg, path, value):
 
 def _measurements(workdir, cfg):
     """Every session's measurement settings (what the measuring rules' params hold), for this run."""
+    from tptune.search import measurement as wm
     from tptune.search import steps as wf
     from tptune.settings.resolve import resolve
 
@@ -215,10 +219,10 @@ def _measurements(workdir, cfg):
     out = {}
     for op in s.ops:
         results = json.loads((run / f"search/{op}/tp2/results.json").read_text())
-        out[f"{op}/point"] = wf.point_measurement(s, op, 2, results)
+        out[f"{op}/point"] = wm.point_measurement(s, op, 2, results)
         for d in wf.dimensions(s, op, 2):
-            out[f"{op}/{d}/step0"] = wf.step_measurement(s, op, 2, d, None)
-    out["layer"] = wf.layer_measurement(s, 2)
+            out[f"{op}/{d}/step0"] = wm.step_measurement(s, op, 2, d, None)
+    out["layer"] = wm.layer_measurement(s, 2)
     return out
 
 
@@ -324,10 +328,10 @@ def test_a_job_refuses_a_config_json_changed_under_it(run):
     cfg["timing"]["iters"] = 9
     other = w / RUN / "other-config.json"
     other.write_text(json.dumps(cfg))
-    from tptune.search import steps as wf
+    from tptune.search import measurement as wm
     from tptune.cli.main import _settings
     before = started(w, "qkv/tp2/chunks/step0")
-    expect = wf.settings_digest(wf.step_measurement(_settings(str(w / RUN / "config.json"), calibrated=False),
+    expect = wm.settings_digest(wm.step_measurement(_settings(str(w / RUN / "config.json"), calibrated=False),
                                                     "qkv", 2, "chunks", None))
     p = subprocess.run([sys.executable, "-m", "tptune", "measure-step", "--config", str(other), "--op", "qkv",
                         "--tp", "2", "--dim", "chunks", "--step", "0", "--expect", expect],

@@ -15,6 +15,7 @@ from tptune.settings.resolve import Settings, step_margins
 # Everything else in the run config only derives (decisions, configs, report) or runs the machinery
 # (launcher pool, time-outs, retries): docs/run-integrity.md.
 MEASURE_LAUNCHER_KEYS = ("multicast", "env", "cpu_threads_per_rank")
+TRAP_ONLY_WORKLOAD = ("packed_sequences", "sequence_parallel")
 
 
 def measurement(s: Settings, op_settings: dict, members: list[str] | None, *, canary: str | None,
@@ -26,6 +27,8 @@ def measurement(s: Settings, op_settings: dict, members: list[str] | None, *, ca
     re-measures nothing; ``snakemake -R $(tptune failed <run>)`` re-measures failed sessions."""
     lc = s.config.get("launcher") or {}
     model = {k: v for k, v in s.model.to_dict().items() if k != "source"}   # what is measured, not where it was read
+    # named by the traps only: the benches always measure with sequence parallelism and a fixed shape
+    model["workload"] = {k: v for k, v in model["workload"].items() if k not in TRAP_ONLY_WORKLOAD}
     return {"backend": s.backend, "device": s.device, "model": model,
             "timing": dict(op_settings["timing"]), "check": bool(op_settings.get("check", False)),
             "atomic_gemm": bool((op_settings.get("search") or {}).get("atomic_gemm", False)),

@@ -20,7 +20,7 @@ from tptune.model.ops import OPS
 CALIBRATION_JSON = "calibration/window.json"    # a run's window calibration (timing.window_ms: auto), beside config.json
 SCHEMA = yaml.safe_load((Path(__file__).parents[1] / "data" / "config.schema.yaml").read_text())
 PER_OP_KEYS = {"timing", "search", "check"}
-ROOT = Path(__file__).resolve().parents[2]     # the checkout: Snakefile, config/, rules/
+ROOT = Path(__file__).resolve().parents[3]     # the checkout: Snakefile, config/, rules/
 DEFAULTS = Path("config") / "config.yaml"       # what the Snakefile loads before any --configfile
 RUN_FILE_HINT = ("a run config YAML (layered over config/config.yaml, as snakemake --configfile is) or a "
                  "run's outputs/<run>/config.json")
