@@ -42,8 +42,8 @@ def _model_tp_reason(meta: dict) -> str:
         return f"memory floor: {floor.get('reason') or floor.get('why')}"
     for e in ev:
         if e.get("rule") == "hides_communication" and e.get("tp") == tp and e.get("passed"):
-            return (f"overlap rule at TP {tp}: the tuned ops {e['reason'].replace('hides', 'hide', 1)}; it needs "
-                    f"{100 * e['min_hidden_fraction']:.0f}%")
+            return (f"overlap rule at TP {tp}: {e['reason']}; it needs {100 * e['min_hidden_fraction']:.0f}% "
+                    "of the exposed communication hidden")
         if e.get("rule") == "scaling" and e.get("to_tp") == tp and e.get("passed"):
             return (f"overlap rule: TP {e['from_tp']} → {tp} takes the four ops from "
                     f"{e['time_from_ms']:.3f} to {e['time_to_ms']:.3f} ms (needs ≤ {e['bound_ms']:.3f})")
@@ -51,8 +51,8 @@ def _model_tp_reason(meta: dict) -> str:
         if e.get("passed"):
             continue
         if e.get("rule") == "hides_communication":
-            return (f"overlap rule at TP {e['tp']}: the tuned ops {e['reason'].replace('hides', 'hide', 1)}, less than the "
-                    f"{100 * e['min_hidden_fraction']:.0f}% it needs")
+            return (f"overlap rule at TP {e['tp']}: {e['reason']}; it needs {100 * e['min_hidden_fraction']:.0f}% "
+                    "of the exposed communication hidden")
         if e.get("rule") == "scaling":
             return (f"overlap rule: TP {e['from_tp']} → {e['to_tp']} would take the four ops from "
                     f"{e['time_from_ms']:.3f} to {e['time_to_ms']:.3f} ms (needs ≤ {e['bound_ms']:.3f})")
@@ -138,7 +138,8 @@ def answer_card(s, run_dir: Path, decisions: dict, failures: list[dict]) -> dict
                          if ln.strip() and not ln.lstrip().startswith("#"))
     eff = meta.get("model_efficiency")
     block = _block(meta, margin)
-    return {"files": files, "flags": flags, "model_tp": meta.get("model_tp"), "tp_reason": _model_tp_reason(meta),
+    no_tp = meta.get("model_tp") == 1
+    return {"no_tp": no_tp, "files": files, "flags": flags, "model_tp": meta.get("model_tp"), "tp_reason": _model_tp_reason(meta),
             "ops": {op: {"tp": rec["tp"], "variant": (rec.get("config") or {}).get("variant")}
                     for op, rec in decisions["ops"].items()},
             "block": block, "efficiency": Efficiency.from_dict(eff).shown() if eff else None,
@@ -190,9 +191,9 @@ def _group(name: str, tp: int, points: dict[str, dict], none_id: str, chosen: st
         if kind is None:
             continue
         bars.append({"case": cid, "variant": v, "kind": kind, "ratio": ratios[cid]})
-    if chosen == none_id:
+    if chosen == none_id:   # no overlap chosen: it is the reference itself (drawn at 1, no interval)
         bars.append({"case": none_id, "variant": "none", "kind": "chosen",
-                     "ratio": {"ratio": 1.0, "lo": 1.0, "hi": 1.0, "rounds": None}})
+                     "ratio": {"ratio": 1.0, "lo": None, "hi": None, "rounds": None}})
     return {"group": name, "tp": tp, "bars": bars}
 
 
