@@ -94,4 +94,14 @@ def test_validate_prints_traps(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0].startswith("ok: ")
     assert {ln.split("]")[0] for ln in lines[1:]} == {"warning [mla_buffer_names", "warning [mtp_buffer_name",
-                                                     "warning [packed_sequences"}
+                                                     "warning [packed_sequences", "warning [mla_layer_stage"}
+
+
+def test_mla_layer_stage_is_named_where_the_block_would_run():
+    from tptune.te.traps import run_traps
+
+    cfg = {"ops": ["proj", "fc1", "fc2"], "tp_sizes": [2]}
+    assert "mla_layer_stage" in {t.code for t in run_traps(cfg, hf("deepseek-v3"), te_version=None)}
+    off = {t.code for t in run_traps({**cfg, "layer": {"enabled": False}}, hf("deepseek-v3"), te_version=None)}
+    assert "mla_layer_stage" not in off
+    assert "mla_layer_stage" not in {t.code for t in run_traps(cfg, hf("llama-3.1-70b"), te_version=None)}

@@ -161,8 +161,16 @@ def knobs_in(config: dict) -> set[str]:
 def run_traps(config: dict, mc: ModelConfig, te_version=...) -> list[Trap]:
     """The traps of a merged run config and its model."""
     tev = _te_version() if te_version is ... else te_version
-    return model_traps(mc, config.get("ops") or (), config.get("tp_sizes") or (), knobs_used=knobs_in(config),
-                       te_version=tev)
+    traps = model_traps(mc, config.get("ops") or (), config.get("tp_sizes") or (), knobs_used=knobs_in(config),
+                        te_version=tev)
+    if mc.model.is_mla and (config.get("layer") or {}).get("enabled", True):
+        traps.append(Trap(
+            "mla_layer_stage", "warning",
+            "the layer stage builds standard attention with this model's heads and head size: neither backend builds "
+            "multi-latent attention yet, so the block's figures leave MLA's projections out.",
+            "read the block's ratios as those of the proj/fc1/fc2 choices with standard attention; the per-op "
+            "figures stand as they are."))
+    return traps
 
 
 def config_problems(config: dict, mc: ModelConfig | None) -> list[str]:
