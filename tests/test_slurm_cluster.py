@@ -225,7 +225,8 @@ def test_failed_case_recorded_rest_finishes(slurm_run):
     assert {r["op"] for r in ok} >= {"qkv", "proj", "fc1", "fc2"}
     failed = subprocess.run(["tptune", "failed", str(run)], capture_output=True, text=True,
                             env=slurm_run["env"], cwd=slurm_run["work"])
-    assert failed.stdout.split() == [str(run / "search" / "qkv" / "tp2" / "chunks" / "step0.json")]
+    # the measuring output of the failed session: snakemake -R on it re-measures the session
+    assert failed.stdout.split() == [str(run / "sessions" / "qkv" / "tp2" / "chunks" / "step0" / "session.json")]
 
 
 def test_safety_environment_in_every_slurm_case(slurm_run):
@@ -252,7 +253,7 @@ def test_rerun_submits_nothing(slurm_run):
 
 def test_gpu_ids_come_from_the_allocation(cluster, tmp_path):
     """Two jobs granted 2 and 3 of the node's (stand-in) GPUs each see exactly their own."""
-    code = ("import json; from tptune import gpupool; "
+    code = ("import json; from tptune.measure import gpupool; "
             "print(json.dumps({'granted': gpupool.scheduler_gpu_ids(), 'scope': gpupool.pool_scope()}))")
     outs, ids = [], []
     for n in (2, 3):
