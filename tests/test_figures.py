@@ -37,7 +37,8 @@ def test_a_setting_below_its_bound_within_the_noise_is_capped_at_100():
     chosen = pt("op-tp2-ub.a", [8.9, 9.2, 9.0, 9.0, 8.9, 9.1])   # beside the bound, round for round either side
     e = efficiency.op_efficiency(NONE, chosen, BOUND)
     assert e.raw > 1 and e.value == 1.0 and e.hi == 1.0 and e.capped == "at bound" and e.fault is None
-    assert "100%" in e.shown() and "at bound" in e.shown()
+    assert "%" not in e.shown().split(";")[0] and e.shown().startswith("at the bound")
+    assert "100%" not in e.hides() and e.hides().startswith("hides all exposed communication")
 
 
 def test_a_bound_slower_than_the_setting_beyond_the_noise_is_a_fault_not_a_percentage():

@@ -94,8 +94,8 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
         if e.get("rule") == "hides_communication" and e.get("tp") in (None, tp) and e.get("hidden_fraction") is not None:
             e["hidden_fraction"] = meta["model_efficiency"]["value"]
             e["efficiency"] = meta["model_efficiency"]
-            e["reason"] = (f"hides {Efficiency.from_dict(meta['model_efficiency']).shown()} of exposed "
-                           "communication (the ops summed, each capped at its bound)")
+            e["reason"] = (f"{Efficiency.from_dict(meta['model_efficiency']).hides()} "
+                           "(the ops summed, each capped at its bound)")
     layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
              if (run_dir / "layer" / f"tp{t}.json").exists()}
     if layer:

@@ -26,7 +26,9 @@ def _fmt(x, nd=3):
 
 
 def _pct(x):
-    return "–" if x is None else f"{100 * x:.0f}%"
+    if x is None:
+        return "–"
+    return f"{100 * x:.1f}%" if 0.995 <= x < 1 else f"{100 * x:.0f}%"
 
 
 def _pct_fine(x):

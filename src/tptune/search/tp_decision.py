@@ -88,10 +88,10 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
         return {**rec, "passed": False, "reason": "best overlapped setting does not beat no-overlap"}
     if hidden < min_hidden_fraction:
         return {**rec, "passed": False,
-                "reason": f"hides {_shown(eff, hidden)} of exposed communication < {min_hidden_fraction:.0%}"}
+                "reason": f"{_hides(eff, hidden)} < {min_hidden_fraction:.0%}"}
     if trust_verdict and _normalize(at.verdict) == "not overlapped":
         return {**rec, "passed": False, "reason": "trace analysis: not overlapped"}
-    return {**rec, "passed": True, "reason": f"hides {_shown(eff, hidden)} of exposed communication"}
+    return {**rec, "passed": True, "reason": _hides(eff, hidden)}
 
 
 def _efficiency(at: TpPoints):
@@ -101,8 +101,13 @@ def _efficiency(at: TpPoints):
     return eff if (eff.rounds >= 2 or eff.fault) else None
 
 
-def _shown(eff, hidden: float) -> str:
-    return eff.shown() if eff is not None else f"{min(1.0, max(0.0, hidden)):.0%}"
+def _hides(eff, hidden: float) -> str:
+    """The efficiency's words (stats.efficiency); from medians only where no paired rounds exist."""
+    if eff is not None:
+        return eff.hides()
+    if hidden >= 1:
+        return "hides all exposed communication (by medians: the best setting reads at or below its bound)"
+    return f"hides {max(0.0, hidden):.0%} of exposed communication (by medians)"
 
 
 def tp_next(op: str, measured_by_tp: dict[int, TpPoints], **rules) -> int | None:

@@ -8,7 +8,8 @@ estimator), its 95% interval from the linearised residuals z_r = D1_r - e D2_r: 
 mean(D2)), e +- t_{n-1} se.
 
 Each op is capped at its bound: a chosen setting below its bound within the noise reaches the bound
-(e shown as 100%); below it beyond the noise is a bound fault (stats.bound) and shown as a fault, never a
+(e counts as 1 in sums, and is worded "at the bound", never as a percentage: the estimate lies above
+100% and a printed 100% would hide that); below it beyond the noise is a bound fault (stats.bound) and shown as a fault, never a
 percentage. A chosen setting at or slower than no overlap hides nothing (0%). The model-level figure sums
 the capped ops round by round: a capped op contributes its exposed time as hidden (D1_r := D2_r), a
 faulted op is left out and named.
@@ -54,9 +55,18 @@ class Efficiency:
             return "0% (no overlap chosen)"
         if self.value is None:
             return f"– ({self.why})" if self.why else "–"
+        if self.capped == "at bound":
+            low = f"; lower limit {100 * self.lo:.0f}%" if self.lo is not None and self.lo < 1 else ""
+            return f"at the bound (the chosen setting reads at or below it, within the noise{low})"
         iv = f" [{100 * self.lo:.0f}, {100 * self.hi:.0f}]" if self.lo is not None else ""
         cap = f", {self.capped}" if self.capped else ""
         return f"{100 * self.value:.0f}%{iv}{cap}"
+
+    def hides(self) -> str:
+        """The hiding rule's words: "hides 80% [53, 100] of exposed communication", or that it reaches the bound."""
+        if self.capped == "at bound" and not self.fault:
+            return f"hides all exposed communication: {self.shown()}"
+        return f"hides {self.shown()} of exposed communication"
 
 
 def _ratio_interval(d1: list[float], d2: list[float]) -> tuple[float, float | None, float | None]:

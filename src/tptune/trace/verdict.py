@@ -66,7 +66,7 @@ def overlap_verdict(
         (comm_r <= t.max_comm_ratio,
          f"(b) comm {c['comm']:.3f} ms = {comm_r:.2f}x baseline {b['comm']:.3f} ms (limit {t.max_comm_ratio:.2f}x)"),
         (frac >= t.min_overlap_fraction,
-         f"(c) overlapped comm {c['overlap']:.3f} of {c['comm']:.3f} ms = {frac:.0%} (need {t.min_overlap_fraction:.0%})"),
+         f"(c) overlapped comm {c['overlap']:.3f} of {c['comm']:.3f} ms = {frac:.1%} (need {t.min_overlap_fraction:.0%})"),
         (wall_r < t.max_wall_ratio,
          f"(d) wall {c['wall']:.3f} ms = {wall_r:.2f}x baseline {b['wall']:.3f} ms (need < {t.max_wall_ratio:.2f}x)"),
     ]
