@@ -30,11 +30,11 @@ from tptune.stats.noise import compare_points
 from tptune.te import ubcfg
 
 
-def _op_choice(s: Settings, op: str, final: dict, run_dir: Path) -> dict:
-    """Chosen TP and setting of one op, with runner-up and evidence. TP=1 (no tensor parallelism)
-    has no setting of its own: its evidence is the start TP's points, where no setting hid enough."""
+def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], run_dir: Path) -> dict:
+    """Chosen TP and setting of one op, with runner-up and evidence, from its recorded TP points
+    (recorded_points). TP=1 (no tensor parallelism) has no setting of its own: its evidence is the
+    start TP's points, where no setting hid enough."""
     floor = s.config["decision"]["noise_floor"]
-    points = recorded_points(run_dir, op, final["measured_tps"])
     chosen = final["chosen_tp"]
     at = points.get(chosen) or points[max((t for t in points if t <= chosen), default=min(points))]
     winner, runner_up, comparisons = best_at(at, floor)
@@ -73,8 +73,8 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
     records, points_by_op = {}, {}
     for f in final_files:
         final = json.loads(Path(f).read_text())
-        records[final["op"]] = _op_choice(s, final["op"], final, run_dir)
         points_by_op[final["op"]] = recorded_points(run_dir, final["op"], final["measured_tps"])
+        records[final["op"]] = _op_choice(s, final["op"], final, points_by_op[final["op"]], run_dir)
     rule_tp, tp_evidence = model_tp(s, points_by_op)
     mem = memory_floor(s, run_dir)
     all_tps = sorted({t for pts in points_by_op.values() for t in pts})

@@ -214,9 +214,9 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
     else:
         winner, reason = tuned_id, "no reference beats the tuned combination on the block beyond the noise"
+    num_layers = int((s.config.get("layer") or {}).get("num_layers", 2))
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
-            "num_layers": int((s.config.get("layer") or {}).get("num_layers", 2)), "tuned": tuned_id,
-            "built": block_layers(s.model.model, int((s.config.get("layer") or {}).get("num_layers", 2))),
+            "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
             "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
 
 

@@ -12,7 +12,7 @@ from tptune.records.points import point_median
 from tptune.records.sessions import read_session, session_dir
 from tptune.search.steps import point_contenders, point_members
 from tptune.settings.resolve import Settings
-from tptune.stats.bound import burned_in, is_bound
+from tptune.stats.bound import bound_faults, burned_in, is_bound
 from tptune.stats.host_evidence import summary as host_summary
 from tptune.stats.noise import compare_points
 from tptune.stats.pick import pick_best
@@ -52,14 +52,6 @@ def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | 
     if mine is None or base is None:
         return None, e1 or e2
     return overlap_verdict(mine, base)
-
-
-def bound_faults(points: dict[str, dict], floor: float = 0.02) -> list[dict]:
-    """The bound-fault test (stats.bound): the bound slower than a setting beside it, by the paired
-    rounds the efficiency uses."""
-    from tptune.stats.bound import bound_faults as faults
-
-    return faults(points, floor)
 
 
 STEP_FACTOR = 2.0   # a batch whose halves' medians differ by more than STEP_FACTOR x the margin stepped

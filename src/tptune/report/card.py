@@ -9,7 +9,7 @@ from tptune.cases import parse_case_id
 from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency
 from tptune.stats.wording import classify_ratio
-from tptune.stats.rounds import ratio_of
+from tptune.stats.rounds import Ratio, ratio_of
 from tptune.records.sessions import read_session
 
 # What a run writes for users to load, in the order a user reaches for them, with what loads it.
@@ -22,11 +22,17 @@ LOADABLE = (("tp_comm_overlap_cfg.yaml", "Megatron-LM `--tp-comm-overlap-cfg` (T
 BLOCK = "block"
 
 
-def _ratio(r) -> dict | None:
-    if r is None:
-        return None
-    d = r.to_dict() if hasattr(r, "to_dict") else dict(r)
-    return d if d.get("ratio") is not None else None
+def _ratio(r: Ratio | None) -> dict | None:
+    """A paired ratio as recorded (Ratio.to_dict); None without a finite estimate."""
+    d = r.to_dict() if r is not None else None
+    return d if d and d["ratio"] is not None else None
+
+
+def evidence_tp(rec: dict) -> str:
+    """The TP whose point session an op's figures come from: its chosen TP, or for TP 1 (no setting of
+    its own) the smallest TP measured."""
+    pts = rec.get("points", {"0": 0})   # none recorded: no TP, so no point session to read
+    return str(rec["tp"]) if str(rec["tp"]) in pts else min(pts, key=int)
 
 
 def _preset(variant: str) -> bool:
@@ -165,7 +171,7 @@ def summary_rows(run_dir: Path, decisions: dict) -> list[dict]:
     the paired per-round ratio from the session that measured them side by side."""
     rows = []
     for op, rec in decisions["ops"].items():
-        at = str(rec["tp"]) if str(rec["tp"]) in rec.get("points", {}) else min(rec.get("points", {"0": 0}), key=int)
+        at = evidence_tp(rec)
         rel = f"sessions/{op}/tp{at}/point"
         if not (Path(run_dir) / rel / "session.json").exists():
             continue

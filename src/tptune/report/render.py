@@ -7,7 +7,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from tptune.report.card import answer_card, plot_summary, summary_rows
+from tptune.report.card import answer_card, evidence_tp, plot_summary, summary_rows
 from tptune.cases import parse_case_id
 from tptune.stats.efficiency import Efficiency
 from tptune.stats.wording import classify_ratio
@@ -87,7 +87,7 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
     for op, rec in decisions["ops"].items():
         winner = (rec.get("winner") or {}).get("case")
         w = by_case.get(winner, {})
-        at = str(rec["tp"]) if str(rec["tp"]) in rec["points"] else min(rec["points"], key=int)
+        at = evidence_tp(rec)
         pts = rec["points"][at]
         none = (pts.get("none") or {}).get("case")
         nocomm = (pts.get("nocomm") or {}).get("case")
@@ -196,13 +196,13 @@ _SESSION_KEYS = ("members", "contenders", "always", "canary", "evidence", "margi
                  "check", "layer", "presets")   # set by the session's role (the layer stage: check, layer, presets)
 
 
-def _measured_with(run_dir: Path) -> list[dict]:
+def _measured_with(sessions: list[dict]) -> list[dict]:
     """The measurement settings the sessions recorded (search.measurement), grouped: one group where
     every session was measured alike, else one per distinct setting with its sessions. Only what a
-    session's own role sets (members, margins, evidence) is left out."""
+    session's own role sets (members, margins, evidence) is left out. ``sessions``: the run's
+    session.json records."""
     groups: dict[str, dict] = {}
-    for sj in sorted(run_dir.glob("sessions/**/session.json")):
-        sess = json.loads(sj.read_text())
+    for sess in sessions:
         rec = sess.get("settings")
         common = ({k: v for k, v in rec.items() if k not in _SESSION_KEYS and k != "model"} if rec
                   else None)
@@ -272,9 +272,9 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
         overlap_md=_overlap_md(s),
-        layer=decisions["meta"].get("layer") or {}, per_op_sums=_sums(meas, decisions),
+        layer=decisions["meta"].get("layer") or {},
         calibration=_calibration(run_dir), shape_rows=_shape_rows(run_dir, meas, ops),
-        status=status, measured_with=_measured_with(run_dir),
+        status=status, measured_with=_measured_with(sessions),
     )
     out.write_text(text)
     return out

@@ -10,11 +10,13 @@ is set and a report says so beside the figure.
 """
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tptune.records.sessions import read_point
 from tptune.stats.rounds import log_ratio_interval, paired_log_ratios, point_rounds, t975
 
 
@@ -59,8 +61,6 @@ def pooled_ratio(blocks: list[tuple[str, dict[int, float], dict[int, float]]]) -
 def session_blocks(session_dirs: list[tuple[str, Path, str, str]]) -> list[tuple[str, dict, dict]]:
     """[(name, session folder, a's case, b's case)] -> pooled_ratio's blocks, read from run.json files
     (a session that lacks either case is skipped)."""
-    import json
-
     out = []
     for name, d, a, b in session_dirs:
         sj = Path(d) / "session.json"
@@ -69,9 +69,7 @@ def session_blocks(session_dirs: list[tuple[str, Path, str, str]]) -> list[tuple
         runs = json.loads(sj.read_text())["runs"]
         if a not in runs or b not in runs:
             continue
-        ra = point_rounds(json.loads((Path(d) / runs[a]).read_text()))
-        rb = point_rounds(json.loads((Path(d) / runs[b]).read_text()))
-        out.append((name, ra, rb))
+        out.append((name, point_rounds(read_point(Path(d) / runs[a])), point_rounds(read_point(Path(d) / runs[b]))))
     return out
 
 
@@ -103,8 +101,6 @@ def block_pooled(run_dir: Path, layer_rec: dict) -> dict:
     spec = run_dir / POOLED_WITH
     if not spec.exists():
         return {}
-    import json
-
     tp, tuned = layer_rec["tp"], layer_rec["tuned"]
     own = run_dir / "sessions" / "layer" / f"tp{tp}"
     mine = run_dir / "presets" / f"{tuned.split('ub.', 1)[-1]}.yaml"
