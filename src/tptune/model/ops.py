@@ -132,7 +132,7 @@ def layer_linears(mc: ModelConfig) -> list[Linear]:
         out += [Linear("self_attention.linear_qkv", h, m.qkv_out, 1, L, "qkv", True),
                 Linear("self_attention.linear_proj", m.q_size, h, 1, L, "proj", True)]
     if m.dense_layers:
-        n = m.dense_layers if m.moe_pattern() is not None else L
+        n = m.dense_layers
         out += [Linear("mlp.linear_fc1 (dense layers)", h, m.ffn_hidden_size * g, 1, n, "fc1", True),
                 Linear("mlp.linear_fc2 (dense layers)", m.ffn_hidden_size, h, 1, n, "fc2", True)]
     if m.is_moe:
