@@ -95,6 +95,7 @@ import os
 from typing import Any
 
 from tptune.errors import ConfigError
+from tptune.model.ops import attention_linears
 from tptune.model.spec import ModelConfig, ModelSpec
 
 GIB = 2**30
@@ -260,21 +261,19 @@ def attention_params(m: ModelSpec, tp: int) -> dict[str, int]:
     linear_kv_down_proj h*(rkv+dr) are not split over TP (duplicated), nor their norms rq + rkv; the up
     projections linear_q_up_proj rq*heads*(dn+dr) (or one linear_q_proj h*heads*(dn+dr) without a q
     LoRA rank) and linear_kv_up_proj rkv*heads*(dn+dv) and linear_proj heads*dv*h are split."""
-    h, a = m.hidden_size, m.num_attention_heads
-    if not m.is_mla:
-        return {"qkv": h * m.qkv_out // tp, "proj": m.q_size * h // tp}
-    dqk = m.qk_head_dim + m.qk_pos_emb_head_dim
     out = {}
-    if m.q_lora_rank:
-        out["q_down"] = h * m.q_lora_rank
-        out["q_up"] = m.q_lora_rank * a * dqk // tp
-    else:
-        out["q_proj"] = h * a * dqk // tp
-    out["kv_down"] = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
-    out["kv_up"] = m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) // tp
-    out["latent_norms"] = (m.q_lora_rank or 0) + m.kv_lora_rank
-    out["proj"] = a * m.v_head_dim * h // tp
+    for x in attention_linears(m):   # the shapes ops.layer_linears reports
+        name = x.module.removeprefix("self_attention.")
+        out[_ATTENTION_PARTS[name]] = x.k_in * x.n_out // (1 if name.endswith("_down_proj") else tp)
+    if m.is_mla:
+        out["latent_norms"] = (m.q_lora_rank or 0) + m.kv_lora_rank
     return out
+
+
+# attention_linears' modules -> attention_params' keys
+_ATTENTION_PARTS = {"linear_qkv": "qkv", "linear_proj": "proj", "linear_q_down_proj": "q_down",
+                    "linear_q_up_proj": "q_up", "linear_q_proj": "q_proj", "linear_kv_down_proj": "kv_down",
+                    "linear_kv_up_proj": "kv_up"}
 
 
 def mlp_params(m: ModelSpec, width: int, tp: int) -> int:
