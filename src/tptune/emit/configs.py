@@ -29,8 +29,21 @@ def te_ub_cfgs(per_gemm: dict, workload: str = "bf16") -> dict[str, dict]:
         out[name] = {"method": entry["method"]}
         for knob in METHOD_KNOBS[entry["method"]]:
             if knob in entry:
-                out[name][knob] = bool(entry[knob]) if knob in BOOL_KNOBS else int(entry[knob])
+                out[name][knob] = _te_type(knob, entry[knob])
     return out
+
+
+def _te_type(knob: str, value):
+    """A knob's value in TE's type: booleans true/false, the rest int."""
+    return bool(value) if knob in BOOL_KNOBS else int(value)
+
+
+def _tuned_for(model: str | None, workload: str | Mapping | None, tp: int | None = None) -> str:
+    """What a written file was tuned for, for its header: model, workload (k=v ...) and TP where given."""
+    if isinstance(workload, Mapping):
+        workload = " ".join(f"{k}={v}" for k, v in workload.items())
+    tuned = ", ".join(f"{k} {v}" for k, v in (("model", model), ("workload", workload), ("TP", tp)) if v is not None)
+    return tuned or "unspecified"
 
 
 def write_tp_comm_overlap_cfg(path: str | Path, per_gemm: dict, *, model: str | None = None,
@@ -40,13 +53,9 @@ def write_tp_comm_overlap_cfg(path: str | Path, per_gemm: dict, *, model: str | 
     ub_cfgs): the ten GEMM entries, one flow mapping a line, under a header naming what it was
     tuned for."""
     cfgs = te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16")
-    if isinstance(workload, Mapping):
-        workload = " ".join(f"{k}={v}" for k, v in workload.items())
-    tuned = ", ".join(f"{k} {v}" for k, v in (("model", model), ("workload", workload), ("TP", tp))
-                      if v is not None)
     header = [f"TP comm/GEMM overlap config (Transformer Engine ub_cfgs), written by tptune {__version__}",
               "Use: Megatron-LM --tp-comm-overlap --tp-comm-overlap-cfg <this file>",
-              f"Tuned for: {tuned or 'unspecified'}", *notes]
+              f"Tuned for: {_tuned_for(model, workload, tp)}", *notes]
     body = yaml.safe_dump(cfgs, default_flow_style=None, sort_keys=False, width=10_000)
     path = Path(path)
     path.write_text("".join(f"# {line}\n" for line in header) + body)
@@ -137,7 +146,7 @@ def bridge_overlap_source(per_gemm: dict, switches: Mapping[str, bool] | None = 
             lines.append(f"    {name}=None,   # reduce-scatter dgrad: TE takes no {name} entry")
             continue
         method = cfgs[name]["method"]
-        knobs = {k: bool(v) if k in BOOL_KNOBS else int(v) for k, v in METHOD_DEFAULTS[method].items()}
+        knobs = {k: _te_type(k, v) for k, v in METHOD_DEFAULTS[method].items()}
         knobs.update((k, v) for k, v in cfgs[name].items() if k != "method")
         if method == "pipeline":
             knobs.setdefault("fp8_buf", False)
@@ -171,10 +180,7 @@ def write_bridge_overlap_py(path: str | Path, per_gemm: dict, switches: Mapping[
                             model: str | None = None, workload: str | Mapping | None = None,
                             fp8: bool = False, notes: Iterable[str] = ()) -> Path:
     """tp_overlap_cfg_nemo.py (bridge_overlap_source) under a header naming what it was tuned for."""
-    if isinstance(workload, Mapping):
-        workload = " ".join(f"{k}={v}" for k, v in workload.items())
-    tuned = ", ".join(f"{k} {v}" for k, v in (("model", model), ("workload", workload)) if v is not None)
-    header = [f"Written by tptune {__version__}; tuned for: {tuned or 'unspecified'}", *notes]
+    header = [f"Written by tptune {__version__}; tuned for: {_tuned_for(model, workload)}", *notes]
     path = Path(path)
     path.write_text(bridge_overlap_source(per_gemm, switches, fp8=fp8, header=header))
     return path

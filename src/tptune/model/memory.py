@@ -95,6 +95,7 @@ import os
 from typing import Any
 
 from tptune.errors import ConfigError
+from tptune.model.ops import attention_linears
 from tptune.model.spec import ModelConfig, ModelSpec
 
 GIB = 2**30
@@ -190,7 +191,7 @@ def expert_layout_problems(m: ModelSpec, par: dict, gpus_per_node: int = 8) -> l
     if not m.is_moe:
         if ep != 1:
             out.append(f"field 'parallel.ep' = {ep}: the model has no experts (expert parallelism needs an MoE model)")
-        if etp not in (None,):
+        if etp is not None:
             out.append(f"field 'parallel.etp' = {etp}: the model has no experts (expert tensor parallelism needs "
                        "an MoE model)")
         return out
@@ -260,21 +261,19 @@ def attention_params(m: ModelSpec, tp: int) -> dict[str, int]:
     linear_kv_down_proj h*(rkv+dr) are not split over TP (duplicated), nor their norms rq + rkv; the up
     projections linear_q_up_proj rq*heads*(dn+dr) (or one linear_q_proj h*heads*(dn+dr) without a q
     LoRA rank) and linear_kv_up_proj rkv*heads*(dn+dv) and linear_proj heads*dv*h are split."""
-    h, a = m.hidden_size, m.num_attention_heads
-    if not m.is_mla:
-        return {"qkv": h * m.qkv_out // tp, "proj": m.q_size * h // tp}
-    dqk = m.qk_head_dim + m.qk_pos_emb_head_dim
     out = {}
-    if m.q_lora_rank:
-        out["q_down"] = h * m.q_lora_rank
-        out["q_up"] = m.q_lora_rank * a * dqk // tp
-    else:
-        out["q_proj"] = h * a * dqk // tp
-    out["kv_down"] = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
-    out["kv_up"] = m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) // tp
-    out["latent_norms"] = (m.q_lora_rank or 0) + m.kv_lora_rank
-    out["proj"] = a * m.v_head_dim * h // tp
+    for x in attention_linears(m):   # the shapes ops.layer_linears reports
+        name = x.module.removeprefix("self_attention.")
+        out[_ATTENTION_PARTS[name]] = x.k_in * x.n_out // (1 if name.endswith("_down_proj") else tp)
+    if m.is_mla:
+        out["latent_norms"] = (m.q_lora_rank or 0) + m.kv_lora_rank
     return out
+
+
+# attention_linears' modules -> attention_params' keys
+_ATTENTION_PARTS = {"linear_qkv": "qkv", "linear_proj": "proj", "linear_q_down_proj": "q_down",
+                    "linear_q_up_proj": "q_up", "linear_q_proj": "q_proj", "linear_kv_down_proj": "kv_down",
+                    "linear_kv_up_proj": "kv_up"}
 
 
 def mlp_params(m: ModelSpec, width: int, tp: int) -> int:
@@ -309,7 +308,8 @@ def mtp_params(m: ModelSpec, tp: int, ep: int = 1, etp: int | None = None) -> di
     layer): enorm + hnorm + its final norm (3h), eh_proj [2h -> h] (column-parallel), and one transformer
     layer of the model's last-layer kind (MoE for DeepSeek-V3). It shares the embedding and the output
     layer with the main model (a Hugging Face checkpoint stores its own copies of both)."""
-    kind = "moe" if m.is_moe and m.moe_pattern() and m.moe_pattern()[-1] else "dense"
+    pat = m.moe_pattern()
+    kind = "moe" if m.is_moe and pat and pat[-1] else "dense"
     layer = layer_params(m, tp, kind, ep, etp)
     return {"eh_proj": 2 * m.hidden_size * m.hidden_size // tp, "mtp_norms": 3 * m.hidden_size,
             **{f"layer_{k}": v for k, v in layer.items()}}
@@ -325,13 +325,16 @@ def model_params(m: ModelSpec) -> dict[str, Any]:
     parts = {"embedding": v * h, "output_layer": v * h if m.untie_embeddings_and_output_weights else 0,
              "final_norm": h, "attention": 0, "norms": 0, "dense_mlp": 0, "router": 0, "shared_experts": 0,
              "routed_experts": 0}
-    for is_moe in pat:
-        lp = layer_params(m, 1, "moe" if is_moe else "dense")
-        parts["attention"] += sum(lp[k] for k in attention_params(m, 1))
-        parts["norms"] += lp["norms"]
-        parts["dense_mlp"] += lp.get("fc1", 0) + lp.get("fc2", 0)
+    attention = sum(attention_params(m, 1).values())
+    for kind, n in (("moe", sum(pat)), ("dense", len(pat) - sum(pat))):
+        if not n:
+            continue
+        lp = layer_params(m, 1, kind)
+        parts["attention"] += n * attention
+        parts["norms"] += n * lp["norms"]
+        parts["dense_mlp"] += n * (lp.get("fc1", 0) + lp.get("fc2", 0))
         for k in ("router", "shared_experts", "routed_experts"):
-            parts[k] += lp.get(k, 0)
+            parts[k] += n * lp.get(k, 0)
     total = sum(parts.values())
     active = total - parts["routed_experts"]
     if m.is_moe:
@@ -423,9 +426,8 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
         problems.append(f"parallel.ep={ep} does not divide the {m.num_moe_experts} routed experts")
     eopt_b = o_b / edp if par["distributed_optimizer"] else o_b
     layers_per_stage = -(-m.num_layers // pp)
-    pattern = m.moe_pattern() if m.is_moe else [False] * m.num_layers
-    kinds = {"dense": False, "moe": True}
-    lp = {kd: layer_params(m, tp, kd, ep, etp) for kd in kinds if kd == "dense" or m.is_moe}
+    pattern = m.moe_pattern()
+    lp = {kd: layer_params(m, tp, kd, ep, etp) for kd in (("dense", "moe") if m.is_moe else ("dense",))}
     embedding = padded_vocab(m.vocab_size, tp) * m.hidden_size // tp
     untied = bool(m.untie_embeddings_and_output_weights)
     act_kw = dict(seq_length=w.seq_length, micro_batch_size=w.micro_batch_size, tp=tp, dtype_bytes=w.dtype_bytes,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tptune.model.spec import ModelConfig
+from tptune.model.spec import ModelConfig, ModelSpec
 
 OPS = ("qkv", "proj", "fc1", "fc2")
 LAYER = "layer"          # a whole transformer block (the layer stage): its cases are "layer-tp<N>-<variant>"
@@ -107,12 +107,10 @@ class Linear:
     why: str = ""      # why not (or the condition)
 
 
-def layer_linears(mc: ModelConfig) -> list[Linear]:
-    """Every linear of the model's layers (and MTP blocks), with whether TP comm overlap can reach it
-    (Megatron-core 0.19: extensions/transformer_engine.py, transformer/moe/*, multi_latent_attention.py,
-    multi_token_prediction.py; TE module/grouped_linear.py). The docs/models.md table is made of these."""
-    m = mc.model
-    L, h, g = m.num_layers or 1, m.hidden_size, 2 if m.gated_mlp else 1
+def attention_linears(m: ModelSpec, layers: int = 1) -> list[Linear]:
+    """The attention linears of the model's layers, in ``layers`` layers (``layer_linears``' first rows;
+    memory.attention_params counts their weights)."""
+    L, h = layers, m.hidden_size
     out: list[Linear] = []
     if m.is_mla:
         nope, rope, v, heads = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim, m.num_attention_heads
@@ -131,8 +129,18 @@ def layer_linears(mc: ModelConfig) -> list[Linear]:
     else:
         out += [Linear("self_attention.linear_qkv", h, m.qkv_out, 1, L, "qkv", True),
                 Linear("self_attention.linear_proj", m.q_size, h, 1, L, "proj", True)]
+    return out
+
+
+def layer_linears(mc: ModelConfig) -> list[Linear]:
+    """Every linear of the model's layers (and MTP blocks), with whether TP comm overlap can reach it
+    (Megatron-core 0.19: extensions/transformer_engine.py, transformer/moe/*, multi_latent_attention.py,
+    multi_token_prediction.py; TE module/grouped_linear.py). The docs/models.md table is made of these."""
+    m = mc.model
+    L, h, g = m.num_layers or 1, m.hidden_size, 2 if m.gated_mlp else 1
+    out = attention_linears(m, L)
     if m.dense_layers:
-        n = m.dense_layers if m.moe_pattern() is not None else L
+        n = m.dense_layers
         out += [Linear("mlp.linear_fc1 (dense layers)", h, m.ffn_hidden_size * g, 1, n, "fc1", True),
                 Linear("mlp.linear_fc2 (dense layers)", m.ffn_hidden_size, h, 1, n, "fc2", True)]
     if m.is_moe:

@@ -519,12 +519,7 @@ _MEGATRON_ACTS = {"swiglu": ("silu", True), "geglu": ("gelu", True), "reglu": ("
 _HF_ACTS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh",
             "gelu_fast": "gelu_tanh", "gelu_tanh": "gelu_tanh", "relu": "relu", "relu2": "squared_relu"}
 # Keys of a Megatron-style model file: the spec's own (ModelSpec's fields) and the aliases read here.
-_SPEC_KEYS = ("hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-              "gated_mlp", "num_layers", "vocab_size", "untie_embeddings_and_output_weights", "activation",
-              "add_qkv_bias", "add_bias_linear", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size",
-              "moe_shared_expert_intermediate_size", "moe_layer_freq", "moe_shared_expert_overlap",
-              "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-              "v_head_dim", "mtp_num_layers")
+_SPEC_KEYS = tuple(k for k in ModelSpec.__dataclass_fields__ if k != "name")   # ModelSpec's fields, in order
 _ALIAS_KEYS = ("intermediate_size", "num_key_value_heads", "head_dim", "num_hidden_layers", "padded_vocab_size",
                "tie_word_embeddings", "share_embeddings_and_output_weights", "gated_linear_unit", "swiglu",
                "num_experts")
@@ -625,15 +620,13 @@ def _read_megatron(raw: dict, problems: list[str], strict: bool) -> dict:
          "ffn_hidden_size": _positive_int(raw, ("ffn_hidden_size", "intermediate_size"), problems), **_common(raw, problems, False)}
     mla = _bool(raw, "multi_latent_attention", problems)
     if mla:
-        f.update(_mla(raw, problems, ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")))
-        f["num_query_groups"] = heads
-        for k in ("num_query_groups", "num_key_value_heads", "kv_channels", "head_dim"):
-            if raw.get(k) is not None and k in ("kv_channels", "head_dim") and raw[k] != f.get("v_head_dim"):
+        f.update(_mla(raw, problems, _MEGATRON_MLA_FIELDS, heads))
+        for k in ("kv_channels", "head_dim"):
+            if raw.get(k) is not None and raw[k] != f.get("v_head_dim"):
                 problems.append(f"field '{k}' = {raw[k]}: with multi_latent_attention the head sizes are "
                                 "qk_head_dim, qk_pos_emb_head_dim and v_head_dim; leave it out")
-        f["kv_channels"] = f.get("v_head_dim")
     else:
-        for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+        for k in _MEGATRON_MLA_FIELDS:
             if raw.get(k) is not None:
                 problems.append(f"field '{k}' = {raw[k]!r}: a multi-latent attention field, but "
                                 "multi_latent_attention is not true (set it, or remove the field)")
@@ -679,22 +672,22 @@ def _read_megatron(raw: dict, problems: list[str], strict: bool) -> dict:
     return f
 
 
-def _mla(raw: dict, problems: list[str], names: tuple) -> dict:
+_MEGATRON_MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+
+
+def _mla(raw: dict, problems: list[str], names: tuple, heads: int | None) -> dict:
     """MLA head sizes and ranks (names: the file's keys for q_lora_rank, kv_lora_rank, qk_head_dim,
-    qk_pos_emb_head_dim, v_head_dim). q_lora_rank may be null (one q projection); the others must be given."""
+    qk_pos_emb_head_dim, v_head_dim). q_lora_rank may be null (one q projection); the others must be given.
+    Also the spec's num_query_groups (= heads) and kv_channels (= v_head_dim, linear_proj's input per head)."""
     out = {"multi_latent_attention": True}
     q, rest = names[0], names[1:]
     if q not in raw:
         problems.append(f"missing field '{q}': multi-latent attention needs it (null: a single q projection)")
     elif raw[q] is not None:
         out["q_lora_rank"] = _positive_int(raw, (q,), problems)
-    for ours, theirs in zip(("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"), rest):
-        v = _positive_int(raw, (theirs,), problems)
-        if v is not None and theirs != ours:
-            pass
-        out[ours] = v
-    if problems and not out.get("v_head_dim"):
-        return out
+    for ours, theirs in zip(_MEGATRON_MLA_FIELDS[1:], rest):
+        out[ours] = _positive_int(raw, (theirs,), problems)
+    out["num_query_groups"], out["kv_channels"] = heads, out["v_head_dim"]
     return out
 
 
@@ -764,9 +757,7 @@ def _read_hf(raw: dict, problems: list[str]) -> tuple[dict, dict]:
         f["num_query_groups"], f["kv_channels"] = _attention(raw, problems, hidden, heads,
                                                              ("num_key_value_heads",), ("head_dim",))
     else:
-        f.update(_mla(raw, problems, ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                                      "v_head_dim")))
-        f["num_query_groups"], f["kv_channels"] = heads, f.get("v_head_dim")
+        f.update(_mla(raw, problems, _HF_MLA_FIELDS, heads))
     act_key = "hidden_activation" if mt.startswith("gemma") and raw.get("hidden_activation") else "hidden_act"
     act_raw = raw.get(act_key)
     if act_raw is None:
@@ -813,7 +804,6 @@ def _hf_moe(raw: dict, kind: str, mt: str, f: dict, problems: list[str]) -> None
     experts_key = {"mixtral": "num_local_experts", "qwen": "num_experts", "llama4": "num_local_experts",
                    "deepseek": "n_routed_experts"}[kind]
     if not raw.get(experts_key):   # e.g. DeepSeek-V3 shapes without experts: a dense MLA model
-        f["ffn_hidden_size"] = f.get("ffn_hidden_size")
         return
     f["num_moe_experts"] = _positive_int(raw, (experts_key,), problems)
     f["moe_router_topk"] = _positive_int(raw, ("num_experts_per_tok", "experts_per_token"), problems)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tptune.model.spec import ModelConfig
-from tptune.model.ops import layer_linears, op_shapes
+from tptune.model.ops import layer_linears, op_mix, op_shapes
 
 TE_RULES_VERSION = (2, 20)      # search/ubcfg.py's knob rules were read at this TE
 # knobs whose TE support is only checked against TE_RULES_VERSION (older TEs may not take them)
@@ -193,13 +193,14 @@ def report_md(config: dict, mc: ModelConfig) -> str:
         lines += ["", "Routed experts, the router and the expert-parallel / expert-TP token dispatch (NCCL all-to-all "
                       "or all-gather in Megatron's token dispatcher) run outside TP comm overlap; their share of the "
                       "layer is not measured by the per-op stage (the layer stage times them inside the whole block)."]
-    multi = {op: op_shapes(op, mc) for op in ("fc1", "fc2") if len(op_shapes(op, mc)) > 1}
-    for op, shapes in multi.items():
-        total = sum(s.layers for s in shapes)
+    for op in ("fc1", "fc2"):
+        mix = op_mix(op, mc)
+        if len(mix) < 2:
+            continue
         lines.append("")
-        lines.append(f"{op} runs at {len(shapes)} shapes under one communicator config: "
-                     + "; ".join(f"{s.what} [{s.k_in}, {s.n_out}] in {s.layers} layers ({s.layers / total:.0%} of its "
-                                 "runs per step)" for s in shapes)
+        lines.append(f"{op} runs at {len(mix)} shapes under one communicator config: "
+                     + "; ".join(f"{s.what} [{s.k_in}, {s.n_out}] in {s.layers} layers ({share:.0%} of its "
+                                 "runs per step)" for s, share in mix)
                      + ". Its cases measure every shape each round and are chosen on this mix (Answer per op).")
     traps = run_traps(config, mc)
     lines += ["", "Traps:" if traps else "Traps: none."]

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from tptune.cases import Case
+from tptune.model.ops import LAYER, op_mix, primary_shape
 from tptune.model.spec import ModelConfig
 from tptune.measure.worker.context import RankContext
 from tptune.measure.worker.timing import PREROLL_MS, WINDOW_MS, timed_batch
@@ -36,7 +37,7 @@ def build_bench(name: str, case: Case, mc: ModelConfig, ctx: RankContext, settin
     """The bench of one case on backend ``name``: a whole block for the layer stage, else one op. The
     block modules build on their backend's op module, never the other way round."""
     backend = load_backend(name)
-    if case.op != "layer":
+    if case.op != LAYER:
         return backend.build(case, mc, ctx, settings)
     if name == "torch":
         from tptune.measure.worker.torch_block import TorchBlockBench
@@ -68,7 +69,6 @@ def _profile(bench, ctx: RankContext, steps: int, out_dir: Path) -> str:
 def _mix(case: Case, mc: ModelConfig) -> list:
     """The shapes ``case`` is measured at and each one's share of the op's runs per step: [(OpShape, share)]
     when its op runs at more than one shape under its one communicator config (ops.op_mix), else []."""
-    from tptune.model.ops import LAYER, op_mix
     if case.op == LAYER:
         return []
     mix = op_mix(case.op, mc)
@@ -90,7 +90,7 @@ def run_case(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, out_
     mix = _mix(case, mc)
     if not mix:
         return _run_shape(case, mc, ctx, settings, out_dir)
-    primary = max((s for s, _ in mix), key=lambda s: s.layers)
+    primary = primary_shape(case.op, mc)
     per, first = [], None
     for shape, share in mix:
         main = shape == primary

@@ -71,6 +71,11 @@ class TorchBlockBench:
             part = full.view(tp, n_out // tp, k_in)[ctx.rank] if column else full.view(n_out, tp, k_in // tp)[:, ctx.rank]
             return part.contiguous().to(ctx.device, dt).requires_grad_(True)
 
+        halves = 2 if m.gated_mlp else 1
+
+        def fc1(width):  # the rank's fc1 rows: its gate shard, then its up shard, when gated
+            return torch.cat([shard(width, m.hidden_size, True) for _ in range(halves)]).detach().requires_grad_(True)
+
         self.params = []
         self.moe = m.block_pattern(self.layers)
         for i in range(self.layers):
@@ -81,24 +86,20 @@ class TorchBlockBench:
             layer = {"norm1": torch.ones(m.hidden_size, device=ctx.device, dtype=dt, requires_grad=True),
                      "qkv": qkv, "proj": shard(m.hidden_size, q, False),
                      "norm2": torch.ones(m.hidden_size, device=ctx.device, dtype=dt, requires_grad=True),
-                     "fc1": shard(m.fc1_out, m.hidden_size, True) if not m.gated_mlp else torch.cat(
-                         [shard(m.ffn_hidden_size, m.hidden_size, True),
-                          shard(m.ffn_hidden_size, m.hidden_size, True)]).detach().requires_grad_(True),
+                     "fc1": fc1(m.ffn_hidden_size),
                      "fc2": shard(m.hidden_size, m.ffn_hidden_size, False)}
             if self.moe[i]:   # router (replicated), routed experts (each TP-sharded: ETP = TP), shared expert
                 for k in ("fc1", "fc2"):
                     del layer[k]
-                e, ew, g = m.num_moe_experts, m.moe_ffn_hidden_size, 2 if m.gated_mlp else 1
+                e, ew = m.num_moe_experts, m.moe_ffn_hidden_size
                 layer["router"] = (torch.randn(e, m.hidden_size, generator=gen) / m.hidden_size ** 0.5).to(
                     ctx.device, dt).requires_grad_(True)
-                layer["experts_fc1"] = torch.stack([torch.cat([shard(ew, m.hidden_size, True) for _ in range(g)])
-                                                    for _ in range(e)]).detach().requires_grad_(True)
+                layer["experts_fc1"] = torch.stack([fc1(ew) for _ in range(e)]).detach().requires_grad_(True)
                 layer["experts_fc2"] = torch.stack([shard(m.hidden_size, ew, False) for _ in range(e)]
                                                    ).detach().requires_grad_(True)
                 sw = m.moe_shared_expert_intermediate_size
                 if sw:
-                    layer["shared_fc1"] = torch.cat([shard(sw, m.hidden_size, True) for _ in range(g)]
-                                                    ).detach().requires_grad_(True)
+                    layer["shared_fc1"] = fc1(sw)
                     layer["shared_fc2"] = shard(m.hidden_size, sw, False)
             self.params.append(layer)
         x = torch.randn(w.tokens, m.hidden_size, generator=gen).view(tp, w.tokens // tp, m.hidden_size)[ctx.rank]
@@ -107,6 +108,14 @@ class TorchBlockBench:
         full = torch.randn(w.tokens, m.hidden_size, generator=g).view(tp, w.tokens // tp, m.hidden_size)
         self.grad_out = full[ctx.rank].contiguous().to(ctx.device, dt)
         self.out = None
+        f = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+             "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+             "relu": torch.relu, "squared_relu": lambda t: torch.relu(t) ** 2}[m.activation_name]
+
+        def gated(h):
+            gate, up = h.chunk(2, dim=-1)
+            return f(gate) * up
+        self._act = gated if m.gated_mlp else f   # the MLP's nonlinearity, resolved once, not per forward
 
     def _norm(self, x, w):
         return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=1e-5)
@@ -136,16 +145,6 @@ class TorchBlockBench:
                 x = x + self._mlp(hn, p["fc1"], p["fc2"])
         self.out = x
         return x
-
-    def _act(self, h):
-        name = self.m.activation_name
-        f = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
-             "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
-             "relu": torch.relu, "squared_relu": lambda t: torch.relu(t) ** 2}[name]
-        if self.m.gated_mlp:
-            gate, up = h.chunk(2, dim=-1)
-            return f(gate) * up
-        return f(h)
 
     def _mlp(self, hn, w1, w2):
         """fc1/fc2 under TP (the ops tptune tunes): a dense MLP or the shared expert."""
