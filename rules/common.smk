@@ -8,11 +8,10 @@ from snakemake.exceptions import WorkflowError
 
 from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError, TptuneError
-from tptune.settings.resolve import CALIBRATION_JSON, resolve
 from tptune.records import run_lock
 from tptune.search import measurement as wm
 from tptune.search import steps as wf
-from tptune.settings.resolve import step_margins
+from tptune.settings.resolve import CALIBRATION_JSON, resolve, step_margins
 
 try:
     # A dry run only plans, and a submit host (TPTUNE_SUBMIT_ONLY=1, e.g. a Slurm login node) only
@@ -125,21 +124,24 @@ def search_final(op, tp, dim):
         step += 1
 
 
+def _step_inputs(wc, prev=lambda f: f):
+    """The model, the calibration and (after step 0) the previous step's record, as ``prev`` wraps it."""
+    ins = {"model": f"{RUN_DIR}/model.json", **calibration_input()}
+    if int(wc.step) > 0:
+        ins["prev"] = prev(step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1))
+    return ins
+
+
 def measure_step_inputs(wc):
     """The previous step's record only says what this step measures, which the params hold: a re-derived
     record that asks for the same points re-measures nothing (ancient)."""
-    ins = {"model": f"{RUN_DIR}/model.json", **calibration_input()}
-    if int(wc.step) > 0:
-        ins["prev"] = ancient(step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1))
-    return ins
+    return _step_inputs(wc, ancient)
 
 
 def search_step_inputs(wc):
     """The previous step's record and this step's session (none for a single-candidate dimension:
     there is nothing to measure)."""
-    ins = {"model": f"{RUN_DIR}/model.json", **calibration_input()}
-    if int(wc.step) > 0:
-        ins["prev"] = step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1)
+    ins = _step_inputs(wc)
     prev = _read(ins["prev"]) if "prev" in ins else None
     if wf.step_cases(S, wc.op, int(wc.tp), wc.dim, prev):
         ins["session"] = f"{RUN_DIR}/sessions/{wc.op}/tp{wc.tp}/{wc.dim}/step{wc.step}/session.json"

@@ -102,10 +102,9 @@ def load_sharded(config_files: list[str], shard: int = 1, ops: str | None = None
     """(settings, model, ops) for a one-GPU benchmark: the run config files merged over config/config.yaml,
     the model with TP=``shard``'s per-rank GEMMs (sharded), and the comma-separated ``ops`` (default:
     the run's). Raises ValueError for a shard the model's widths do not divide."""
-    from tptune.settings.resolve import load_config_files, resolve
-    from tptune.cli.verify import ROOT
+    from tptune.settings.resolve import DEFAULTS, ROOT, load_config_files, resolve
 
-    cfg = load_config_files(ROOT / "config" / "config.yaml", *config_files)
+    cfg = load_config_files(ROOT / DEFAULTS, *config_files)
     s = resolve(cfg, source=", ".join(config_files) or "config/config.yaml", node_tps=[1])   # one GPU
     mc = sharded(s.model, shard) if shard > 1 else s.model
     return s, mc, (ops.split(",") if ops else list(s.ops))

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from tptune.errors import TptuneError
+from tptune.records.files import write_text_atomic
 from tptune.settings.resolve import CALIBRATION_JSON, read_calibration
 
 
@@ -88,11 +89,7 @@ def _read_json(path: str | Path, what: str, keys: tuple[str, ...] = ()):
 
 
 def _write_json(path: str | Path, obj) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(obj, indent=1, default=str))
 
 
 def _submit_only() -> bool:

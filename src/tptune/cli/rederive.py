@@ -34,6 +34,7 @@ def rederive(s, run_dir: Path) -> list[str]:
     from tptune.decide.answer import decide
     from tptune.decide.tp import tp_step
     from tptune.decide.points import tp_point, with_verdict
+    from tptune.records.sessions import session_dir, step_session_name
     from tptune.report.render import render_report
     from tptune.search.steps import dimensions, step_record
 
@@ -62,7 +63,7 @@ def rederive(s, run_dir: Path) -> list[str]:
                         notes.append(f"{op} TP={tp} {dim}: best {old.get('best')} -> {rec.get('best')}")
                     _write(recorded, rec)
                     if any(e["step"] == step for e in rec["sessions"]):
-                        sessions.append(run_dir / "sessions" / op / f"tp{tp}" / dim / f"step{step}" / "session.json")
+                        sessions.append(session_dir(run_dir, op, tp, step_session_name(dim, step)) / "session.json")
                     if rec["done"]:
                         break
                     prev, step = rec, step + 1
@@ -71,7 +72,7 @@ def rederive(s, run_dir: Path) -> list[str]:
             _write(tp_dir / "results.json", results)
             pt = tp_point(s, op, tp, run_dir)
             _write(tp_dir / "point.json", pt)
-            sessions.append(run_dir / "sessions" / op / f"tp{tp}" / "point" / "session.json")
+            sessions.append(session_dir(run_dir, op, tp, "point") / "session.json")
             _analysed(run_dir, sessions[-1])          # the trace verdict reads the point's analysis
             points[tp] = with_verdict(run_dir, pt)   # as the workflow's tp_step reads them (cli.cmd_tp_step)
             dec = tp_step(s, op, tp, dict(points), run_dir)

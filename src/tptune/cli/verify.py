@@ -27,8 +27,6 @@ import yaml
 from tptune.cases import make_case
 from tptune.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def load_user_cfg(path: str | Path) -> dict:
     """A --tp-comm-overlap-cfg YAML as a validated partial ub_cfgs; ConfigError naming what is wrong."""
@@ -49,9 +47,9 @@ def load_user_cfg(path: str | Path) -> dict:
 
 
 def verify_settings(model: str, tp: int, workload: dict, config_files: list[str], layers: int):
-    from tptune.settings.resolve import deep_merge, load_config_files, resolve
+    from tptune.settings.resolve import DEFAULTS, ROOT, deep_merge, load_config_files, resolve
 
-    cfg = load_config_files(ROOT / "config" / "config.yaml", *config_files)
+    cfg = load_config_files(ROOT / DEFAULTS, *config_files)
     cfg = deep_merge(cfg, {"model": str(model), "workload": {k: v for k, v in workload.items() if v is not None},
                            "tp_sizes": [tp], "run": f"verify-tp{tp}", "layer": {"num_layers": layers}})
     cfg["gpus_per_node"] = max(cfg.get("gpus_per_node", 8), tp)

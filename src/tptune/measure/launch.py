@@ -21,6 +21,7 @@ from tptune.cases import REFERENCE_KINDS, Case
 from tptune.measure.envinfo import launch_env
 from tptune.measure.gpupool import GpuPool, count_gpus, pool_scope, visible_ids
 from tptune.model.spec import ModelConfig
+from tptune.records.files import take_lock, write_text_atomic
 from tptune.stats.spread import slowest_rank, stats
 from tptune.measure.worker.gpu_clock import clock_over_rounds, merge_ranks
 from tptune.measure.worker.wire import recv_json, send_json
@@ -352,6 +353,7 @@ class Launcher:
                 lead_rec = self._side_batch(members[0], mc, session_dir / "lead_in", op_settings, faults, gpus,
                                             attempts.setdefault("_lead_in", []))
             r = 0
+            points: dict[str, dict] = {}   # each member's point over its rounds so far
             while active:
                 order = rotation(active, r)
                 order_log.append([c.id for c in order])
@@ -364,9 +366,11 @@ class Launcher:
                         rounds[case.id].append((r, res))
                     else:
                         failed[case.id] = res
+                # only the members this round measured have new rounds: the others' points stand
+                points.update({c.id: _round_point(c.id, session_id, rounds[c.id]) for c in order
+                               if rounds[c.id] and rounds[c.id][-1][0] == r})
                 r += 1
                 active = [c for c in active if c.id not in failed]
-                points = {cid: _round_point(cid, session_id, rs) for cid, rs in rounds.items() if rs}
                 state = session_state(points, contenders, margin, leader_among=[c.id for c in active],
                                       tie_margin=tie_margin, budget=budget)
                 stop, stop_reason = should_stop(state, r, min_r, max_r)
@@ -399,9 +403,7 @@ class Launcher:
                "wall_s": time.monotonic() - wall0, "held_s": held,
                "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
                                                         [*attempts.values(), side_attempts] for a in a_list)}
-        tmp = session_dir / "session.json.tmp"
-        tmp.write_text(json.dumps(rec, indent=1))
-        os.replace(tmp, session_dir / "session.json")
+        write_text_atomic(session_dir / "session.json", json.dumps(rec, indent=1))
         return rec
 
     def _side_batch(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict, faults: dict,
@@ -433,30 +435,21 @@ def _session_lock(session_dir: Path, timeout: float = 24 * 3600):
     """Hold the session's lock while measuring it: another process measuring the same session (a rerun
     beside an orphaned job of a killed snakemake, a second run in this folder) is waited for, never
     measured beside. Yields the seconds waited."""
-    import fcntl
-
     session_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(session_dir / SESSION_LOCK, "a+")
     t0 = time.monotonic()
     told = False
+    while True:
+        fh, holder = take_lock(session_dir / SESSION_LOCK)
+        if fh is not None:
+            break
+        if not told:
+            print(f"{session_dir}: being measured by another process (pid {holder}); waiting for it",
+                  file=sys.stderr, flush=True)
+            told = True
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"{session_dir}: still being measured by another process after {timeout:.0f}s")
+        time.sleep(0.5)
     try:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not told:
-                    fh.seek(0)
-                    print(f"{session_dir}: being measured by another process (pid {fh.read().strip() or '?'}); "
-                          "waiting for it", file=sys.stderr, flush=True)
-                    told = True
-                if time.monotonic() - t0 > timeout:
-                    raise TimeoutError(f"{session_dir}: still being measured by another process after {timeout:.0f}s")
-                time.sleep(0.5)
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"{os.getpid()}\n")
-        fh.flush()
         yield time.monotonic() - t0
     finally:
         fh.close()
@@ -588,9 +581,7 @@ def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, setting
 
 def write_run_json(out_dir: Path, run: dict) -> Path:
     path = out_dir / RUN_JSON
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(run, indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(run, indent=1))
     return path
 
 

@@ -1,1 +1,1 @@
-"""What a run wrote: run-dir paths, session and run.json readers."""
+"""What a run wrote: run-dir paths, session and run.json readers, atomic writes and lock files."""

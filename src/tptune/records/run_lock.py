@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
+from tptune.records.files import take_lock, write_text_atomic
 
 _RUN_LOCK = None   # the open lock file of the run this process (snakemake) drives; closed at exit
 
@@ -20,27 +13,15 @@ def start_run(run_dir: str | Path, config_json: str | Path, text: str) -> None:
     """Snakemake's onstart (after its lock, never in a dry run): hold the run's lock for the life of this
     process, then write the resolved config where it changed. Another invocation running this run
     holds the lock: refused, with nothing written (its jobs read this config.json)."""
-    import fcntl
-    import os
-
     from tptune.errors import TptuneError
 
     global _RUN_LOCK
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(run_dir / ".run.lock", "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip() or "?"
-        fh.close()
+    fh, holder = take_lock(run_dir / ".run.lock")
+    if fh is None:
         raise TptuneError(f"{run_dir} is being run by another snakemake (pid {holder}): nothing written; wait for "
-                          "it to end (or stop it) and run again") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"{os.getpid()}\n")
-    fh.flush()
+                          "it to end (or stop it) and run again")
     _RUN_LOCK = fh
     try:
         same = Path(config_json).read_text() == text

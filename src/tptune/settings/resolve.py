@@ -208,14 +208,13 @@ def cross_field_problems(config: dict) -> list[str]:
         search = deep_merge(config.get("search") or {}, own.get("search") or {})
         where = f"op_settings.{op}.search" if "te_presets" in (own.get("search") or {}) else "search"
         out.extend(f"field '{where}.te_presets': {p}" for p in preset_problems(search.get("te_presets") or []))
-    d = config.get("decision") or {}
-    if isinstance(d.get("step_margin"), (int, float)) and isinstance(d.get("noise_floor"), (int, float)) \
-            and d["step_margin"] > d["noise_floor"]:
+    d = config.get("decision") or {}     # the schema has checked each field's type (resolve)
+    if d.get("step_margin") is not None and d.get("noise_floor") is not None and d["step_margin"] > d["noise_floor"]:
         out.append(f"field 'decision.step_margin' = {d['step_margin']} exceeds decision.noise_floor = "
                    f"{d['noise_floor']}: a search step wins beyond step_margin and ties within noise_floor, "
                    f"so step_margin must be at most noise_floor")
     min_tp = d.get("min_tp")
-    if isinstance(min_tp, int) and not isinstance(min_tp, bool) and min_tp > max(config["tp_sizes"]):
+    if min_tp is not None and min_tp > max(config["tp_sizes"]):
         out.append(f"field 'decision.min_tp' = {min_tp} exceeds every TP in tp_sizes {sorted(config['tp_sizes'])}: "
                    f"nothing could be recommended")
     targets = set(config["ops"]) | {"layer"}
