@@ -225,9 +225,9 @@ def cross_field_problems(config: dict) -> list[str]:
             out.append(f"field 'faults.{case_id}': this run measures no such case (its ops: "
                        f"{', '.join(config['ops'])}, and layer; its tp_sizes: {sorted(config['tp_sizes'])}, "
                        f"and 1 for the window calibration)")
-        if not (isinstance(spec, str) and re.fullmatch(r"(raise|hang|exit)(:\d+)?", spec)):
-            out.append(f"field 'faults.{case_id}' = {spec!r}: expected \"raise:<rank>\", \"hang:<rank>\" or "
-                       f"\"exit:<rank>\"")
+        if not (isinstance(spec, str) and re.fullmatch(r"(raise|hang|exit|corrupt_dgrad)(:\d+)?", spec)):
+            out.append(f"field 'faults.{case_id}' = {spec!r}: expected \"raise:<rank>\", \"hang:<rank>\", "
+                       f"\"exit:<rank>\" or \"corrupt_dgrad:<rank>\" (torch backend: a planted gradient corruption)")
     return list(dict.fromkeys(out))
 
 

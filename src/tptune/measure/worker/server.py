@@ -25,7 +25,8 @@ _T_START = time.time()
 
 
 def _fault(spec: str | None, rank: int) -> None:
-    """Failure injection for testing the failure paths: "raise:<rank>", "hang:<rank>", "exit:<rank>"."""
+    """Failure injection for testing the failure paths: "raise:<rank>", "hang:<rank>", "exit:<rank>"
+    ("corrupt_dgrad:<rank>" is planted in the torch backend's layers instead: torch_backend)."""
     if not spec:
         return
     what, _, who = spec.partition(":")

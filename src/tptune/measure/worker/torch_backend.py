@@ -27,6 +27,7 @@ class _Comm:
 
     def __init__(self, group, world: int, enabled: bool):
         self.group, self.world, self.enabled = group, world, enabled
+        self.corrupt_dgrad = False   # a planted fault (_planted_corruption): tests of the numerics check
 
     def all_gather(self, x: torch.Tensor, async_op=False):
         out = x.new_empty((self.world * x.shape[0], *x.shape[1:]))
@@ -45,6 +46,13 @@ class _Comm:
         with record_function("tptune.comm.reduce_scatter"):
             work = dist.reduce_scatter_tensor(out, x.contiguous(), group=self.group, async_op=async_op)
         return out, work
+
+
+def _planted_corruption(fault: str | None, rank: int) -> bool:
+    """The fault "corrupt_dgrad[:<rank>]" (settings faults): that rank's column ops sum their own share
+    of the input gradient twice, as a bulk communicator run as a reduce-scatter corrupts it on GPUs."""
+    what, _, who = (fault or "").partition(":")
+    return what == "corrupt_dgrad" and (not who or int(who) == rank)
 
 
 def _wait(work):
@@ -111,6 +119,8 @@ class ColumnParallelSP(torch.autograd.Function):
         # Re-gather the input for wgrad (as Megatron does) while dgrad computes.
         x_full, ag_work = comm.all_gather(x_local, async_op=chunks > 1)
         dx = _matmul_scatter(dy, w.t(), comm, chunks)
+        if comm.corrupt_dgrad:   # the rank's own partial input gradient summed twice
+            dx = dx + (dy @ w).view(comm.world, -1, dx.shape[-1])[dist.get_rank(comm.group)]
         _wait(ag_work)
         dw = dy.t() @ x_full
         return dx, dw, None, None

@@ -14,10 +14,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from tptune.cases import Case
+from tptune.cases import Case, make_case
 from tptune.model.spec import ModelConfig
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
-from tptune.measure.worker.torch_backend import ColumnParallelSP, RowParallelSP, _Comm
+from tptune.measure.worker import numerics
+from tptune.measure.worker.torch_backend import ColumnParallelSP, RowParallelSP, _Comm, _planted_corruption
 
 DEFAULT_LAYERS = 2
 
@@ -49,7 +50,8 @@ class _Scatter(torch.autograd.Function):
 
 
 class TorchBlockBench:
-    def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
+    def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234,
+                 dtype: torch.dtype | None = None):
         kind = case.variant.kind
         if kind not in ("none", "nocomm", "chunked"):
             raise ValueError(f"{case.id}: the torch backend's layer runs none, nocomm or chunked.n<N>")
@@ -58,12 +60,14 @@ class TorchBlockBench:
         self.chunks = case.variant.chunks if kind == "chunked" else 1
         if w.tokens % (tp * self.chunks):
             raise ValueError(f"{case.id}: tokens={w.tokens} not divisible by tp*chunks={tp * self.chunks}")
+        self.case, self.mc, self.settings, self.kind = case, mc, settings, kind
         self.ctx, self.m, self.tp = ctx, m, tp
         self.layers = int((settings.get("layer") or {}).get("num_layers", DEFAULT_LAYERS))
         self.comm = _Comm(ctx.group, tp, enabled=kind != "nocomm")
+        self.comm.corrupt_dgrad = _planted_corruption(settings.get("fault"), ctx.rank)
         self.heads, self.groups = m.num_attention_heads // tp, m.num_query_groups // tp
         self.s, self.b = w.seq_length, w.micro_batch_size
-        dt = TORCH_DTYPES[w.dtype]
+        dt = self.dtype = dtype or TORCH_DTYPES[w.dtype]
         gen = torch.Generator(device="cpu").manual_seed(seed)
 
         def shard(n_out, k_in, column):  # the rank's slice of a full weight [n_out, k_in]
@@ -183,15 +187,45 @@ class TorchBlockBench:
             for t in p.values():
                 t.grad = None
 
-    def correctness(self) -> dict:
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """One fwd+bwd: the output, the input gradient and every weight gradient, by name."""
         self.zero_grad()
         out = self.forward()
         out.backward(self.grad_out)
-        finite = bool(torch.isfinite(out).all()) and bool(torch.isfinite(self.x.grad).all())
+        got = {"output": out.detach().clone(), "input_grad": self.x.grad.detach().clone()}
+        for i, p in enumerate(self.params):
+            got.update((f"layers.{i}.{k}", t.grad.detach().clone()) for k, t in p.items())
         self.zero_grad()
-        flag = torch.tensor([0.0 if finite else 1.0])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.ctx.cpu_group)
-        return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": "finite output and input gradient"}
+        self.out = None
+        return got
+
+    def reference(self, dtype: torch.dtype) -> "TorchBlockBench":
+        """The no-overlap block in ``dtype`` with this block's weights, input and output gradient (upcast
+        exactly: a bf16 weight is the same number in fp32)."""
+        ref = TorchBlockBench(make_case(self.case.op, self.tp, "none"), self.mc, self.ctx,
+                              {k: v for k, v in self.settings.items() if k != "fault"}, dtype=dtype)
+        with torch.no_grad():
+            for mine, theirs in zip(self.params, ref.params):
+                for k, t in mine.items():
+                    theirs[k] = t.detach().to(dtype).requires_grad_(True)
+        ref.x = self.x.detach().to(dtype).requires_grad_(True)
+        ref.grad_out = self.grad_out.to(dtype)
+        return ref
+
+    def correctness(self) -> dict:
+        """Against the no-overlap block in higher precision (stats.numerics): the output, the input
+        gradient and every weight gradient; the bound (nocomm) is no computation of the block: finite."""
+        test = self.tensors()
+        dev, group = self.ctx.device, self.ctx.group
+        if self.kind == "nocomm":
+            return {"ok": numerics.finite(test, group, dev), "reference": None,
+                    "checked": "finite output and gradients (the bound: collectives replaced by local copies)"}
+        precision = numerics.TORCH_PRECISION[self.dtype]
+        hp = self.reference(numerics.higher_dtype(precision)).tensors()
+        same = self.reference(self.dtype).tensors()   # built afresh, even for none: a planted fault stays out
+        base = numerics.errors(same, hp, group, dev)
+        return numerics.verdict(test, base, hp, group, dev, precision,
+                                reference=f"the same block without overlap in {numerics.HIGHER[precision]}")
 
     def close(self):
         self.out = None
