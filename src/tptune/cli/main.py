@@ -323,7 +323,7 @@ def cmd_verify(a) -> int:
 
     wl = {"seq_length": a.seq_length, "micro_batch_size": a.micro_batch_size, "dtype": a.dtype}
     res = run_verify(a.model, a.tp, a.cfg or [], workload=wl, config_files=a.config or [], layers=a.layers,
-                     ops=a.ops, out_dir=a.work_dir)
+                     ops=a.ops, out_dir=a.work_dir, pairs=[tuple(x) for x in a.pair or []])
     print(format_table(res))
     if a.json:
         _write_json(a.json, res)
@@ -522,7 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
                                       "whole transformer block, against no overlap, TE defaults and presets")
     p.add_argument("--model", required=True, help="Megatron-style YAML or Hugging Face config.json")
     p.add_argument("--tp", type=int, required=True)
-    p.add_argument("--cfg", action="append", help="a --tp-comm-overlap-cfg YAML (repeatable)")
+    p.add_argument("--cfg", action="append", help="a --tp-comm-overlap-cfg YAML (repeatable), built under the "
+                                                  "switches that run it as written")
+    p.add_argument("--pair", nargs=2, action="append", metavar=("CFG", "OVERRIDES"),
+                   help="a --tp-comm-overlap-cfg YAML built under a TransformerConfig overrides YAML as they are, "
+                        "consistent or not (repeatable): shows what that pair does to the numerics")
     p.add_argument("--seq-length", type=int)
     p.add_argument("--micro-batch-size", type=int)
     p.add_argument("--dtype")

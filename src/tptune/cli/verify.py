@@ -56,16 +56,45 @@ def verify_settings(model: str, tp: int, workload: dict, config_files: list[str]
     return resolve(cfg, source=", ".join(config_files) or "tptune verify")
 
 
+def load_switches(path: str | Path) -> dict[str, bool]:
+    """The eight Megatron switches of a TransformerConfig overrides YAML, over Megatron's defaults with
+    tp_comm_overlap on (a pair's file is only read with it on); ConfigError naming an unknown field."""
+    from tptune.te.megatron_flags import MEGATRON_FIELDS
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(str(path), ["file not found"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), ["expected a mapping of TransformerConfig fields"])
+    bad = [f"field '{k}': not a TP-overlap switch (expected {', '.join(MEGATRON_FIELDS)} or sequence_parallel)"
+           for k in raw if k not in MEGATRON_FIELDS and k != "sequence_parallel"]
+    bad += [f"field '{k}' = {v!r}: expected true or false" for k, v in raw.items() if not isinstance(v, bool)]
+    if bad:
+        raise ConfigError(str(path), bad)
+    return {**MEGATRON_FIELDS, "tp_comm_overlap": True, **{k: v for k, v in raw.items() if k in MEGATRON_FIELDS}}
+
+
 def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | None = None,
                config_files: list[str] = (), layers: int = 2, ops: bool = False,
-               out_dir: str | Path | None = None) -> dict:
+               out_dir: str | Path | None = None, pairs: list[tuple[str, str]] = ()) -> dict:
+    """``pairs``: (ub_cfgs yaml, TransformerConfig overrides yaml) built as written, consistent or not:
+    the block shows what Megatron + TE do with that pair (its numerics tell a corrupting one)."""
     from tptune.measure.launch import Launcher
     from tptune.stats.noise import compare_points
     from tptune.search.steps import canary_case
     from tptune.records.sessions import read_session
+    from tptune.decide.layer import numerics_row
 
     s = verify_settings(model, tp, workload or {}, list(config_files), layers)
     users = {f"user{i + 1}": (Path(f), load_user_cfg(f)) for i, f in enumerate(cfg_files)}
+    pair_switches = {}
+    for i, (cfg, sw) in enumerate(pairs):
+        users[f"pair{i + 1}"] = (Path(cfg), load_user_cfg(cfg))
+        pair_switches[f"pair{i + 1}"] = load_switches(sw)
     work = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="tptune-verify-"))
     presets = work / "presets"
     presets.mkdir(parents=True, exist_ok=True)
@@ -86,7 +115,8 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
         members = [make_case(op, tp, v) for v in dict.fromkeys(variants)]
         op_settings = s.op_settings(s.ops[0] if op == "layer" else op)
         op_settings.update(check=True, layer={"num_layers": layers},
-                           te={**op_settings.get("te", {}), "presets_dirs": [str(presets.resolve())]})
+                           te={**op_settings.get("te", {}), "presets_dirs": [str(presets.resolve())],
+                               "preset_switches": pair_switches})
         sdir = work / "sessions" / op / f"tp{tp}"
         rec = launcher.session(members, s.model, sdir, op_settings, session_id=f"{op}/tp{tp}",
                                canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
@@ -98,7 +128,9 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
             row = {"case": cid, "setting": cid.split("-", 2)[2], "status": r["status"], "ms": t,
                    "error": (r.get("error") or {}).get("message"),
                    "numerics": (r.get("correctness") or {}).get("ok"),
-                   "file": str(users[cid.split("ub.", 1)[1]][0]) if "ub.user" in cid else None}
+                   "errors": numerics_row(r.get("correctness")),
+                   "file": str(users[cid.split("ub.", 1)[1]][0]) if "ub.user" in cid or "ub.pair" in cid else None,
+                   "switches": pair_switches.get(cid.split("ub.", 1)[-1])}
             for ref_name, ref in (("vs_none", none), ("vs_te", te)):
                 if ref is not None and ref is not r and r["status"] == "ok":
                     row[ref_name] = compare_points(r, ref, floor=floor, tie="b").to_dict()
@@ -119,12 +151,21 @@ def _r(cmp: dict | None) -> str:
     return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
 
 
+def _errs(row: dict) -> str:
+    """"1.48% (1.00x) / 2.54% (1.00x) / 1.2% (1.01x)" of a row's numerics against the fp32 block."""
+    summ = ((row.get("errors") or {}).get("summary")) or {}
+    parts = [f"{100 * summ[k]['rel_l2']:.3g}% ({summ[k]['l2_ratio']:.2f}x)" for k in ("output", "input_grad", "weight_grads")
+             if k in summ]
+    return " / ".join(parts) or "–"
+
+
 def format_table(res: dict) -> str:
     lines = [f"tptune verify: {res['model']} TP={res['tp']} ({res['backend']}), {res['layers']}-layer block, "
              f"{res['block']['rounds']} rounds ({res['block']['stop']})"]
     if res.get("note"):
         lines.append(res["note"])
-    head = f"{'setting':32s} {'block ms':>9s} {'vs no overlap':>22s} {'vs TE defaults':>22s} numerics"
+    head = (f"{'setting':32s} {'block ms':>9s} {'vs no overlap':>22s} {'vs TE defaults':>22s} numerics "
+            f"{'out/in-grad/worst wgrad rel. L2 (x no overlap)':>48s}")
     if res.get("ops"):
         head += "  " + " ".join(f"{op:>7s}" for op in res["ops"])
     lines.append(head)
@@ -133,7 +174,7 @@ def format_table(res: dict) -> str:
         name = row["setting"] + (f" ({Path(row['file']).name})" if row.get("file") else "")
         ms = f"{row['ms']:.3f}" if row["ms"] else row["status"]
         num = {True: "ok", False: "FAILED", None: "–"}[row["numerics"]]
-        line = f"{name:32s} {ms:>9s} {_r(row.get('vs_none')):>22s} {_r(row.get('vs_te')):>22s} {num}"
+        line = f"{name:32s} {ms:>9s} {_r(row.get('vs_none')):>22s} {_r(row.get('vs_te')):>22s} {num:8s} {_errs(row):>48s}"
         if per_op:
             line += "  " + " ".join(f"{(per_op[op].get(row['setting']) or {}).get('ms') or 0:7.3f}" for op in per_op)
         lines.append(line)

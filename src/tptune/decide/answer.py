@@ -1,11 +1,10 @@
 """The run's answer: each op's choice, the model TP, the layer stage's block winner, and the files written
-(decisions.json, the configs users load, the Megatron switches)."""
+(decisions.json, and through decide.files one coherent set of files per TP that users load)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tptune.cases import parse_case_id
 from tptune.decide.points import (
     best_at,
     knob_summary,
@@ -13,21 +12,19 @@ from tptune.decide.points import (
     recorded_points,
     setting_of,
     tied_with,
-    ub_cfgs_at,
 )
 from tptune.decide.summary import (
     block_host_warning,
     measurement_summary,
     summed_efficiency,
 )
+from tptune.decide.files import write_sets
 from tptune.decide.tp import apply_floor, memory_floor, model_tp
 from tptune.emit import configs as emit
-from tptune.model.ops import op_gemms
 from tptune.settings.resolve import Settings
 from tptune.stats.efficiency import Efficiency, op_efficiency
 from tptune.stats.finalists import finalists
 from tptune.stats.noise import compare_points
-from tptune.te import ubcfg
 
 
 def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], run_dir: Path) -> dict:
@@ -104,62 +101,6 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
             rec["pooled"] = block_pooled(run_dir, rec)
         meta["layer"] = {str(t): rec for t, rec in layer.items()}
         block_host_warning(meta["measurement"], layer)
+    meta["files"] = write_sets(s, run_dir, points_by_op, layer, all_tps, meta)
     emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
-
-    def cfgs_at(t):
-        ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
-        rec = layer.get(t)
-        if rec and rec.get("numerics_failed"):
-            notes = [f"WARNING: on the block at TP={t} every overlapped setting failed the numerics check "
-                     f"against no overlap ({rec['reason']}); check numerics before training with this file"] + notes
-        if rec and s.backend == "te" and rec.get("winner"):
-            from tptune.decide.layer import presets_dir
-            win = parse_case_id(rec["winner"])
-            ub = ubcfg.load_preset(win.variant.preset, [presets_dir(run_dir)])
-            notes = [f"block-level winner at TP={t} ({rec['num_layers']} layers): {win.variant_id}: {rec['reason']}"] + notes
-        return ub, notes
-
-    for t in all_tps:  # one file per TP measured; the model TP's is tp_comm_overlap_cfg.yaml
-        ub, notes = cfgs_at(t)
-        emit.write_tp_comm_overlap_cfg(run_dir / f"tp_comm_overlap_cfg.tp{t}.yaml", ub, model=m.name,
-                                       workload=meta["workload"], tp=t, notes=notes, fp8=w.is_fp8)
-    ub, notes = cfgs_at(max(tp, all_tps[0]) if all_tps else 2)
-    if tp == 1:
-        notes.insert(0, "model-level decision: no TP (TP=1); entries are for the smallest TP measured")
-    emit.write_tp_comm_overlap_cfg(run_dir / "tp_comm_overlap_cfg.yaml", ub, model=m.name,
-                                   workload=meta["workload"], tp=max(tp, all_tps[0]) if all_tps else None,
-                                   notes=notes, fp8=w.is_fp8)
-    emit.write_ub_cfgs_json(run_dir / "ub_cfgs.json", ub, fp8=w.is_fp8)
-    _write_megatron_switches(s, run_dir, ub, meta)
-
-    choices = []
-    for op, rec in records.items():
-        n = (rec["config"] or {}).get("chunks", 1)
-        if rec["tp"] > 1:
-            choices += [(g, n) for g in op_gemms(op, rec["tp"], s.model) if g.gemm != "wgrad"]
-    chunk_notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc); "
-                   f"1 = no overlap; model {m.name}, {s.backend} backend"]
-    try:
-        shape_map = emit.chunked_shape_map(choices)
-    except ValueError as exc:
-        shape_map, chunk_notes = {"customized_cc": {}}, chunk_notes + [f"not expressible: {exc}"]
-    emit.write_chunked_cfg(run_dir / "chunked_cfg.yaml", shape_map, chunk_notes)
     return records
-
-
-def _write_megatron_switches(s: Settings, run_dir: Path, ub: dict, meta: dict) -> None:
-    """Megatron-LM flags and TransformerConfig overrides beside tp_comm_overlap_cfg.yaml: every op
-    overlapped with the emitted ub_cfgs (the block-level choice), the switches that express it."""
-    from tptune.te import megatron_flags as mf
-
-    if s.backend != "te":
-        return
-    try:
-        sw = mf.block_switches(ub)   # as the layer stage built the block
-    except ValueError as exc:
-        meta["megatron_switches_error"] = str(exc)
-        return
-    mf.write_megatron_flags(run_dir / "megatron_flags.txt", sw, "tp_comm_overlap_cfg.yaml")
-    mf.write_transformer_config_yaml(run_dir / mf.OVERRIDES_FILE, sw)
-    emit.write_bridge_overlap_py(run_dir / emit.BRIDGE_FILE, ub, sw, model=meta["model"],
-                                 workload=meta["workload"], fp8=s.model.workload.is_fp8)

@@ -82,7 +82,7 @@ def _dgrad_mode(case_id: str, wl: str) -> str | None:
     return op_mode(c.op, op_entries(case_ub_cfgs(c, workload=wl), c.op))
 
 
-def _per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> list[tuple]:
+def per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> list[tuple]:
     """[(estimate ms, mode, ub_cfgs, notes)]: per dgrad mode in which every measured column op has a
     userbuffers setting, the per-op choices with the column ops' candidates restricted to that mode.
     The estimate sums the column ops' fastest median in that mode."""
@@ -132,14 +132,14 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> t
         if not _megatron_expressible(cfgs):
             # qkv and fc1 chose different dgrad modes, which one Megatron switch cannot give: the block
             # measures the per-op choices within each mode, the likelier one (by the ops' estimates) as tuned
-            combos = sorted(_per_mode_combos(s, by_op, tp, floor, fastest=False), key=lambda c: c[0])
+            combos = sorted(per_mode_combos(s, by_op, tp, floor, fastest=False), key=lambda c: c[0])
             (_, mode, cfgs, notes), *rest = combos
             notes = [f"qkv and fc1 chose different dgrad modes (tp_comm_overlap_rs_dgrad is one switch): "
                      f"this is the {mode} combination"] + notes
             if rest:
                 other = rest[0][1:]
         if not _megatron_expressible(fast):   # every combination _per_mode_combos returns is
-            _, _, fast, fast_notes = _per_mode_combos(s, by_op, tp, floor, fastest=True)[0]
+            _, _, fast, fast_notes = per_mode_combos(s, by_op, tp, floor, fastest=True)[0]
         _write_preset(d, tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:")
         presets = s.config["search"].get("te_presets", [])
         variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
@@ -176,7 +176,8 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         row = {"case": cid, "variant": parse_case_id(cid).variant_id, "status": p["status"],
                "median_ms": None if point_median(p) == float("inf") else point_median(p),
                "host_ms": (p.get("host") or {}).get("host_ms"),
-               "correct": (runs[cid].get("correctness") or {}).get("ok")}
+               "correct": (runs[cid].get("correctness") or {}).get("ok"),
+               "numerics": numerics_row(runs[cid].get("correctness"))}
         row["host_batches"] = host_summary(runs[cid])
         if cid != tuned_id:
             cmp = compare_points(tuned, p, floor=floor, tie="a")
@@ -197,7 +198,8 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
     tuned_row = next(r for r in rows if r["case"] == tuned_id)
     numerics_failed = False
     if point_median(tuned) == float("inf") or tuned_row["correct"] is False:
-        why = "failed on the block" if point_median(tuned) == float("inf") else "failed the numerics check on the block"
+        why = ("failed on the block" if point_median(tuned) == float("inf") else
+               f"failed the numerics check on the block ({(tuned_row['numerics'] or {}).get('why') or 'see the numerics column'})")
         others = [r for r in passing if r["case"] != tuned_id]
         winner = min(others, key=lambda r: r["median_ms"])["case"] if others else None
         numerics_failed = winner is None and tuned_row["correct"] is False
@@ -218,6 +220,22 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
             "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
             "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
+
+
+def numerics_row(res: dict | None) -> dict | None:
+    """A setting's numerics as the report and decisions.json show them: the verdict, the tensors that
+    failed and by how much, and per tensor (output, input gradient, worst weight gradient) the relative
+    L2 error and max |diff| against the higher-precision block beside no overlap's. A run measured
+    before stats.numerics (TE's pairwise criterion) keeps its verdict and says so."""
+    from tptune.stats.numerics import describe_failure
+
+    if not res:
+        return None
+    if "tensors" not in res:
+        return {"ok": res.get("ok"), "criterion": res.get("criterion") or res.get("checked"), "legacy": True}
+    return {"ok": res["ok"], "failed": res["failed"], "why": describe_failure(res) or None,
+            "reference": res.get("reference_block"), "summary": res["summary"],
+            "factor_l2": res["factor_l2"], "factor_max": res["factor_max"]}
 
 
 def _iv(r: dict) -> str:

@@ -147,16 +147,17 @@ def megatron_flags(switches: dict[str, bool], cfg_path: str | None = None) -> li
     return flags
 
 
-def write_megatron_flags(path: str | Path, switches: dict[str, bool], cfg_path: str | None = None) -> Path:
+def write_megatron_flags(path: str | Path, switches: dict[str, bool], cfg_path: str | None = None,
+                         overrides_file: str = OVERRIDES_FILE) -> Path:
     """A text file of Megatron-LM flags, one a line, with a header; switches without a CLI flag
-    are named in comments (they need the TransformerConfig override file)."""
+    are named in comments (they need the TransformerConfig override file, ``overrides_file``)."""
     path = Path(path)
     lines = [f"# Megatron-LM flags for the TP overlap chosen by tptune ({MEGATRON_CORE})"]
     lines += megatron_flags(switches, cfg_path) or ["# no TP communication overlap: plain NCCL everywhere"]
     for name in NO_CLI_FLAG:
         if switches[name]:
             lines.append(f"# {name}: true has no command-line flag in Megatron-LM; set it through the "
-                         f"TransformerConfig override ({OVERRIDES_FILE})")
+                         f"TransformerConfig override ({overrides_file})")
     path.write_text("\n".join(lines) + "\n")
     return path
 

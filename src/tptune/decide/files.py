@@ -1,0 +1,184 @@
+"""The files users load, one coherent set per TP (issue 33).
+
+Megatron's TP-overlap switches are global (tp_comm_overlap_rs_dgrad acts on qkv and fc1 together, bulk
+dgrad/wgrad on both, proj and fc2 have none of their own), and TE reads the ub_cfgs yaml through them: a
+yaml of one TP beside the switches of another can run a bulk communicator as a reduce-scatter and corrupt
+the input gradient silently. So every TP measured gets its own set, written together from one ub_cfgs and
+the switches that make Megatron run it as written:
+
+  te:    tp_comm_overlap_cfg.tp<N>.yaml, megatron_flags.tp<N>.txt, transformer_config_overrides.tp<N>.yaml,
+         tp_overlap_cfg_nemo.tp<N>.py, ub_cfgs.tp<N>.json
+  torch: chunked_cfg.tp<N>.yaml
+
+and the unsuffixed names hold the model TP's set, only when the model TP is 2 or more and its set did not
+fail. Each set is checked (te.check) before it is written; a set whose every overlapped block setting
+failed the numerics check is not written at all. Without a block (layer stage off, failed or cut short)
+the per-op choices are restricted to one combination Megatron's switches express and marked unproven.
+Files of an earlier decision that this one does not write are removed, so a folder never holds a yaml
+beside another decision's switches.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tptune.cases import parse_case_id
+from tptune.emit import configs as emit
+from tptune.te import megatron_flags as mf
+from tptune.te import ubcfg
+
+TE_FILES = {"ub_cfgs_yaml": "tp_comm_overlap_cfg{}.yaml", "megatron_flags": "megatron_flags{}.txt",
+            "overrides": "transformer_config_overrides{}.yaml", "bridge": "tp_overlap_cfg_nemo{}.py",
+            "ub_cfgs_json": "ub_cfgs{}.json"}
+TORCH_FILES = {"chunked_cfg": "chunked_cfg{}.yaml"}
+ALL_FILES = {**TE_FILES, **TORCH_FILES}
+
+
+def names(backend: str, tp: int | None) -> dict[str, str]:
+    """{role: file name} of one set; ``tp`` None: the unsuffixed names (the model TP's set)."""
+    sfx = "" if tp is None else f".tp{tp}"
+    return {role: pat.format(sfx) for role, pat in (TE_FILES if backend == "te" else TORCH_FILES).items()}
+
+
+def _stale(run_dir: Path) -> list[Path]:
+    found = []
+    for pat in ALL_FILES.values():
+        found += [run_dir / pat.format("")] + sorted(run_dir.glob(pat.format(".tp*")))
+    return [p for p in found if p.exists()]
+
+
+def consistency_problems(ub: dict, switches: dict, *, fp8: bool) -> list[str]:
+    """What Megatron + TE would not run as written in this pair, as sentences."""
+    want = mf.block_switches(ub)
+    return [f"{k}: the file needs {want[k]}, the switches say {switches[k]}" for k in want if want[k] != switches[k]]
+
+
+def write_te_set(run_dir: Path, tp: int | None, ub: dict, switches: dict, *, model: str, workload: dict,
+                 fp8: bool, notes: list[str], set_tp: int) -> dict[str, str]:
+    files = names("te", tp)
+    notes = notes + [f"Load together with {files['megatron_flags']} (Megatron-LM) or {files['overrides']} "
+                     f"(Megatron-core): the switches this file needs; with other switches TE may not run it as written"]
+    emit.write_tp_comm_overlap_cfg(run_dir / files["ub_cfgs_yaml"], ub, model=model, workload=workload, tp=set_tp,
+                                   notes=notes, fp8=fp8)
+    emit.write_ub_cfgs_json(run_dir / files["ub_cfgs_json"], ub, fp8=fp8)
+    mf.write_megatron_flags(run_dir / files["megatron_flags"], switches, files["ub_cfgs_yaml"],
+                            overrides_file=files["overrides"])
+    mf.write_transformer_config_yaml(run_dir / files["overrides"], switches)
+    emit.write_bridge_overlap_py(run_dir / files["bridge"], ub, switches, model=model, workload=workload, fp8=fp8,
+                                 notes=[f"TP {set_tp}"])
+    return files
+
+
+def _block_choice(rec: dict | None, presets: Path) -> tuple[dict | None, str, str, list[str]]:
+    """(ub_cfgs, status, why, notes) from the layer stage's record of one TP (None: no block)."""
+    if rec is None:
+        return None, "", "", []
+    win = rec.get("winner")
+    if not win:
+        return None, "failed", f"no overlapped setting passed on the block: {rec.get('reason')}", []
+    row = next((r for r in rec.get("settings") or [] if r["case"] == win), {})
+    case = parse_case_id(win)
+    ub = ubcfg.load_preset(case.variant.preset, [presets])
+    status = "proven" if row.get("correct") is True else "unproven"
+    why = (f"block-level winner at TP {rec['tp']} ({rec['num_layers']} layers): {case.variant_id}: {rec['reason']}"
+           + ("" if status == "proven" else "; its numerics were not checked"))
+    return ub, status, why, [why]
+
+
+def te_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> dict[str, dict]:
+    """Decide and write the te backend's set of each TP in ``tps``; returns {str(tp): set record}."""
+    from tptune.decide.layer import per_mode_combos, presets_dir
+    from tptune.decide.points import ub_cfgs_at
+
+    floor = s.config["decision"]["noise_floor"]
+    fp8 = s.model.workload.is_fp8
+    out = {}
+    for t in tps:
+        ub, status, why, notes = _block_choice(layer.get(t), presets_dir(run_dir))
+        if status == "failed":
+            out[str(t)] = {"tp": t, "files": {}, "status": status, "why": why}
+            continue
+        if ub is None:
+            ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
+            stage = "is off" if not (s.config.get("layer") or {}).get("enabled", True) else "did not finish"
+            why = f"per-op choices at TP {t}, not proven on a block (the layer stage {stage})"
+            try:
+                mf.block_switches(ub)
+            except ValueError as exc:
+                est, mode, ub, notes = sorted(per_mode_combos(s, points_by_op, t, floor, fastest=False),
+                                              key=lambda c: c[0])[0]
+                why += f"; restricted to the {mode} dgrad combination Megatron's switches express ({exc})"
+            status = "unproven"
+            notes = [f"UNPROVEN: {why}"] + notes
+        switches = mf.block_switches(ub)
+        problems = consistency_problems(ub, switches, fp8=fp8)
+        if problems:   # a bug in tptune, never a file to hand out
+            raise RuntimeError(f"TP {t}: the set tptune would write is not run as written: {'; '.join(problems)}")
+        files = write_te_set(run_dir, t, ub, switches, model=meta["model"], workload=meta["workload"], fp8=fp8,
+                             notes=notes, set_tp=t)
+        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why,
+                       "check": {"ok": True, "problems": []}, "switches": switches, "_ub": ub, "_notes": notes}
+    return out
+
+
+def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int]) -> dict[str, dict]:
+    """The torch backend's chunk map of each TP: each op's chosen chunk count there (1: no overlap)."""
+    from tptune.decide.points import best_at
+    from tptune.model.ops import op_gemms
+
+    floor = s.config["decision"]["noise_floor"]
+    out = {}
+    for t in tps:
+        choices = []
+        for op, pts in points_by_op.items():
+            if t in pts:
+                v = parse_case_id(best_at(pts[t], floor)[0]["case"]).variant
+                n = v.chunks if v.kind == "chunked" else 1
+                choices += [(g, n) for g in op_gemms(op, t, s.model) if g.gemm != "wgrad"]
+        notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc) at TP {t}; "
+                 f"1 = no overlap; model {s.model.model.name}, {s.backend} backend"]
+        try:
+            shape_map = emit.chunked_shape_map(choices)
+        except ValueError as exc:
+            shape_map, notes = {"customized_cc": {}}, notes + [f"not expressible: {exc}"]
+        rec = layer.get(t)
+        win_row = next((r for r in (rec or {}).get("settings") or [] if r["case"] == (rec or {}).get("winner")), None)
+        if rec is None:
+            status, why = "unproven", f"per-op choices at TP {t}, not proven on a block"
+        elif win_row is None:
+            status, why = "failed", f"no overlapped setting passed on the block: {rec.get('reason')}"
+        else:
+            status = "proven" if win_row.get("correct") is True else "unproven"
+            why = f"block-level winner at TP {t}: {win_row['variant']}: {rec['reason']}"
+        files = names("torch", t)
+        emit.write_chunked_cfg(run_dir / files["chunked_cfg"], shape_map, notes + [f"{status}: {why}"])
+        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why, "_shape_map": shape_map,
+                       "_notes": notes + [f"{status}: {why}"]}
+    return out
+
+
+def write_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> dict:
+    """Every TP's set and the unsuffixed copy of the model TP's; meta["files"] as decisions.json holds it."""
+    run_dir = Path(run_dir)
+    for p in _stale(run_dir):
+        p.unlink()
+    if s.backend == "te":
+        sets = te_sets(s, run_dir, points_by_op, layer, tps, meta)
+    else:
+        sets = torch_sets(s, run_dir, points_by_op, layer, tps)
+    model_tp = meta["model_tp"]
+    chosen = sets.get(str(model_tp)) if model_tp and model_tp >= 2 else None
+    default = None
+    if chosen is not None and chosen["status"] != "failed":
+        default = str(model_tp)
+        if s.backend == "te":
+            write_te_set(run_dir, None, chosen["_ub"], chosen["switches"], model=meta["model"],
+                         workload=meta["workload"], fp8=s.model.workload.is_fp8, notes=chosen["_notes"],
+                         set_tp=model_tp)
+        else:
+            shutil.copy(run_dir / chosen["files"]["chunked_cfg"], run_dir / names("torch", None)["chunked_cfg"])
+    for rec in sets.values():
+        for k in [k for k in rec if k.startswith("_")]:
+            del rec[k]
+    return {"model_tp": model_tp, "default": default, "default_files": names(s.backend, None) if default else {},
+            "sets": sets}
