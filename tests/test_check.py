@@ -232,6 +232,11 @@ def test_flags_files_written_and_hand_made(tmp_path):
         assert str(user) in str(e.value)
     r = tptune(NVIDIA_TP2, "--flags", user)
     assert r.returncode == 2 and "--tp-comm-overlap-cfg: no value" in r.stderr
+    user.write_text("--tp-comm-overlap --tp-comm-overlap-cfg /data/ub_tp4.yaml\n")
+    r = tptune(NVIDIA_TP2, "--flags", user)
+    assert r.returncode == 0, r.stdout
+    assert "has --tp-comm-overlap but not --sequence-parallel: Megatron-LM asserts it" in r.stdout
+    assert "names --tp-comm-overlap-cfg /data/ub_tp4.yaml: Megatron-LM loads that file" in r.stdout
 
 
 def test_overrides_with_unknown_fields_are_named(tmp_path):
