@@ -151,6 +151,8 @@ def test_no_subcommand_shows_a_traceback_for_a_bad_input_file(tmp_path, capsys, 
     for name, parser in sub.choices.items():
         if name == "failed" or (name == "join-json" and content == "{}"):    # a JSON object is fine to join
             continue
+        if name == "check" and content == "{}":     # an empty ub_cfgs is TE's defaults, which Megatron runs
+            continue
         argv = [name]
         for act in parser._actions:
             if act.dest == "help" or not (act.required or (not act.option_strings and act.nargs not in ("*", "?"))):

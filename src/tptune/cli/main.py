@@ -556,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_failed)
 
+    from tptune.cli.check import add_check_parser
+    add_check_parser(sub)
+
     p = sub.add_parser("check-run", help="exit 1 when a stage of the run had no successful member")
     p.add_argument("run_dir")
     p.add_argument("--out", required=True, help="written when every stage had a successful member")
