@@ -108,6 +108,8 @@ def cmd_validate(a) -> int:
           f"groups={m.num_query_groups} kv={m.kv_channels} gated={m.gated_mlp} | seq={w.seq_length} "
           f"mbs={w.micro_batch_size} {w.dtype} | backend={s.backend} device={s.device} tp={s.tp_sizes} run={s.run}"
           + (" | hardware not checked (TPTUNE_SUBMIT_ONLY=1: its jobs check where they run)" if _submit_only() else ""))
+    if s.ops_note:
+        print(s.ops_note)
     from tptune.te.traps import run_traps  # what would switch TP overlap off in training (errors were refused above)
     for t in run_traps(s.config, s.model):
         print(t.line)
