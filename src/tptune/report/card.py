@@ -55,8 +55,8 @@ GRADED = {"proven": "proven on the block", "unproven": "unproven", "failed": "**
 
 def _file_set(tp: int, files: list[dict], rec: dict | None = None) -> dict:
     rec = rec or {}
-    return {"tp": tp, "files": files, "status": rec.get("status"), "graded": GRADED.get(rec.get("status"), rec.get("status")),
-            "why": rec.get("why"), "check": rec.get("check")}
+    return {"tp": tp, "files": files, "names": ", ".join(f"`{f['name']}`" for f in files), "status": rec.get("status"),
+            "graded": GRADED.get(rec.get("status"), rec.get("status")), "why": rec.get("why"), "check": rec.get("check")}
 
 
 def _files(meta: dict, run_dir: Path, backend: str) -> dict:
