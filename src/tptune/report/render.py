@@ -177,14 +177,16 @@ def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
         def total(variant):
             vals = [by.get((op, tp, variant)) for op in ops]
             return None if any(v is None for v in vals) else sum(vals)
-        fastest = []
+        fastest, variants = [], []
         for op in ops:
             f = (decisions["ops"][op]["points"].get(str(tp)) or {}).get("fastest")
             fastest.append(f and by.get((op, tp, parse_case_id(f["case"]).variant_id)))
+            variants.append(f and parse_case_id(f["case"]).variant_id)
         presets = sorted({v for (_, t, v) in by if t == tp and v.startswith("ub.") and "+" not in v and v != "ub.te"})
         rows.append({"tp": tp, "none": total("none"), "te": total("ub.te"),
                      "presets": {p: total(p) for p in presets},
-                     "tuned": None if any(v is None for v in fastest) else sum(fastest), "bound": total("nocomm")})
+                     "tuned": None if any(v is None for v in fastest) else sum(fastest), "bound": total("nocomm"),
+                     "tuned_is_none": all(v == "none" for v in variants)})
     return rows
 
 
