@@ -55,8 +55,9 @@ GRADED = {"proven": "proven on the block", "unproven": "unproven", "failed": "**
 
 def _file_set(tp: int, files: list[dict], rec: dict | None = None) -> dict:
     rec = rec or {}
-    return {"tp": tp, "files": files, "names": ", ".join(f"`{f['name']}`" for f in files), "status": rec.get("status"),
-            "graded": GRADED.get(rec.get("status"), rec.get("status")), "why": rec.get("why"), "check": rec.get("check")}
+    status = rec.get("status")
+    return {"tp": tp, "files": files, "names": ", ".join(f"`{f['name']}`" for f in files), "status": status,
+            "graded": GRADED.get(status, status), "why": rec.get("why"), "check": rec.get("check")}
 
 
 def _files(meta: dict, run_dir: Path, backend: str) -> dict:
@@ -203,8 +204,9 @@ def answer_card(s, run_dir: Path, decisions: dict, failures: list[dict]) -> dict
     margin = meta.get("noise_floor") or s.config["decision"]["noise_floor"]
     files = _files(meta, run_dir, s.backend)
     flags = None
-    if any(f["name"] == "megatron_flags.txt" for f in files["load"]) and (Path(run_dir) / "megatron_flags.txt").exists():
-        flags = " ".join(ln.strip() for ln in (Path(run_dir) / "megatron_flags.txt").read_text().splitlines()
+    flags_file = Path(run_dir) / "megatron_flags.txt"
+    if any(f["name"] == flags_file.name for f in files["load"]) and flags_file.exists():
+        flags = " ".join(ln.strip() for ln in flags_file.read_text().splitlines()
                          if ln.strip() and not ln.lstrip().startswith("#"))
     efficiency, no_efficiency = _efficiency(decisions)
     block = _block(meta, margin)
