@@ -113,7 +113,8 @@ def test_a_run_recorded_before_meta_files_renders_from_its_folder(tmp_path, back
     assert [f["name"] for f in card["load"]] == want
     md = card_markdown(s, tmp_path, decisions(1), [])
     assert "**Load**" not in md and "**Train without tensor parallelism (TP 1)**" in md
-    listed = "- TP 2, not graded (a run recorded before tptune graded its files): `tp_comm_overlap_cfg.tp2.yaml`"
+    listed = ("- TP 2, not graded (decisions.json lists no files: the layout before tptune graded them): "
+              "`tp_comm_overlap_cfg.tp2.yaml`")
     assert (listed in md) == (backend == "te")
 
 

@@ -50,7 +50,7 @@ def _preset(variant: str) -> bool:
 
 
 GRADED = {"proven": "proven on the block", "unproven": "unproven", "failed": "**failed**",
-          None: "not graded (a run recorded before tptune graded its files)"}
+          None: "not graded (decisions.json lists no files: the layout before tptune graded them)"}
 
 
 def _file_set(tp: int, files: list[dict], rec: dict | None = None) -> dict:
