@@ -30,8 +30,8 @@ def test_knobs_run_card_quotes_the_pooled_block_figure_against_the_best_preset()
     assert set(refs) == {"none", "ub.te"} and all(r["pooled_sessions"] == 4 for r in refs.values())
     assert card["efficiency"].startswith("85% [60, 100]")
     assert card["model_tp"] == 2 and card["tp_reason"].startswith("overlap rule at TP 2")
-    assert "tp_comm_overlap_cfg.yaml" in [f["name"] for f in card["files"]]
-    assert "chunked_cfg.yaml" not in [f["name"] for f in card["files"]]     # a te run: no chunk map
+    assert "tp_comm_overlap_cfg.yaml" in [f["name"] for f in card["load"]]
+    assert "chunked_cfg.yaml" not in [f["name"] for f in card["load"]]     # a te run: no chunk map
     assert "--tp-comm-overlap-cfg tp_comm_overlap_cfg.yaml" in card["flags"]
     assert not card["cpu"]
 

@@ -45,7 +45,7 @@ def test_ops_without_overlap_are_errors():
     assert t[0].level == "error" and t[0].code == "ops_without_overlap" and "op qkv" in t[0].text
     mix = [x for x in model_traps(hf("mixtral-8x7b-v0.1"), ALL, (2,)) if x.level == "error"]
     assert [x.text.split(":")[0] for x in mix] == ["op fc1", "op fc2"]
-    assert "(this model's TP-overlap ops: qkv, proj)" in mix[0].todo
+    assert "(this model's TP-overlap ops: qkv, proj; or leave 'ops' out" in mix[0].todo
     assert codes(hf("mixtral-8x7b-v0.1"), ("qkv", "proj")) == set()
 
 
@@ -77,11 +77,53 @@ def _run_cfg(tmp_path, model, **over):
 
 
 def test_resolve_refuses_ops_without_overlap(tmp_path):
-    cfg = load_config_files(_run_cfg(tmp_path, HF / "mixtral-8x7b-v0.1.config.json",
+    cfg = load_config_files(_run_cfg(tmp_path, HF / "mixtral-8x7b-v0.1.config.json", ops=list(ALL),
                                      workload={"seq_length": 4096}))
     with pytest.raises(ConfigError) as e:
         resolve(cfg, check_hardware=False)
     assert "field 'ops': op fc1: nothing to tune in" in str(e.value)
+    assert "remove fc1 from 'ops'" in str(e.value) and "op qkv" not in str(e.value)
+
+
+@pytest.mark.parametrize("model,ops,left_out", [
+    ("mixtral-8x7b-v0.1", ["qkv", "proj"], "fc1, fc2"),
+    ("qwen3-30b-a3b", ["qkv", "proj"], "fc1, fc2"),
+    ("deepseek-v3", ["proj", "fc1", "fc2"], "qkv"),
+    ("llama-3.1-8b", list(ALL), None),
+])
+def test_default_ops_adapt_to_the_model(tmp_path, model, ops, left_out):
+    """A run file without 'ops' (the defaults' ops: auto) tunes the model's TP-overlap ops and says which
+    it left out and why; config.json keeps "auto", so every step re-resolves the same ops. Was: an MoE
+    model was refused ("remove fc1 from 'ops'") for the defaults' [qkv, proj, fc1, fc2]."""
+    from tptune.settings.resolve import load_run_config
+
+    run = tmp_path / "run.yaml"
+    run.write_text(yaml.safe_dump({"model": str(HF / f"{model}.config.json"), "backend": "torch",
+                                   "workload": {"seq_length": 4096}, "parallel": {"memory_check": False}}))
+    cfg, source, base = load_run_config([run])
+    s = resolve(cfg, source=source, base_dir=base, check_hardware=False)
+    assert s.ops == ops and cfg["ops"] == "auto"
+    assert s.ops_note.startswith(f"ops: {', '.join(ops)}: the default (ops: auto)")
+    if left_out:
+        assert f"it leaves out {left_out}: " in s.ops_note
+    else:
+        assert "leaves out" not in s.ops_note
+    out = subprocess.run([sys.executable, "-m", "tptune", "validate", str(run)], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1] == s.ops_note
+
+
+def test_ops_given_are_not_adapted(tmp_path):
+    """Only 'ops' as written is refused, and only the ops outside TP overlap; a valid list stays as given."""
+    cfg = load_config_files(_run_cfg(tmp_path, HF / "qwen3-30b-a3b.config.json", ops=["qkv", "fc2"],
+                                     workload={"seq_length": 4096}, parallel={"memory_check": False}))
+    with pytest.raises(ConfigError) as e:
+        resolve(cfg, check_hardware=False)
+    assert "remove fc2 from 'ops'" in str(e.value) and "remove fc1" not in str(e.value)
+    cfg["ops"] = ["proj"]
+    s = resolve(cfg, check_hardware=False)
+    assert s.ops == ["proj"] and s.ops_note is None
 
 
 def test_validate_prints_traps(tmp_path):

@@ -66,9 +66,17 @@ def test_report_and_configs(finished):
     report = (run / "report.md").read_text()
     assert "## Answer per op" in report and "| qkv | " in report and "| fc2 | " in report
     first_screen = report[:report.index("## How it was measured")]
-    # the answer card leads: what a CPU run shows and cannot, the model TP, the files to load
-    assert "**A CPU run.**" in first_screen and "**Model TP:" in first_screen
-    assert "`tp_comm_overlap_cfg.yaml`" in first_screen and "**Confidence**" in first_screen
+    # the answer card leads: what a CPU run shows and cannot, the model TP, the files to load (none at TP 1)
+    assert "**A CPU run.**" in first_screen and "**Model TP:" in first_screen and "**Confidence**" in first_screen
+    meta = json.loads((run / "decisions.json").read_text())["meta"]
+    if meta["model_tp"] == 1:
+        assert "**Train without tensor parallelism (TP 1)**" in first_screen and "**Load**" not in first_screen
+    else:
+        assert "**Load**" in first_screen
+    # a CPU run speaks of the CPU, and says its noise once
+    assert "GPU time" not in report and "GPU·s" not in report
+    if meta["measurement"].get("warning"):
+        assert report.count(meta["measurement"]["warning"]) == 1
     cfg = yaml.safe_load((run / "tp_comm_overlap_cfg.yaml").read_text())
     assert sorted(cfg) == sorted(["qkv_fprop", "qkv_dgrad", "qkv_wgrad", "proj_fprop", "proj_dgrad",
                                   "fc1_fprop", "fc1_dgrad", "fc1_wgrad", "fc2_fprop", "fc2_dgrad"])

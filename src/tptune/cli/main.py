@@ -1,10 +1,13 @@
-"""`tptune` command line: what the Snakemake rules run, and ad-hoc analysis of traces."""
+"""tptune: which tensor-parallel size, and which TP comm overlap config, make a model fastest on this node.
+The run itself is the Snakemake workflow (snakemake --cores N [--configfile my-run.yaml]; README.md);
+these commands check its inputs, read its outputs and check config files, and are the steps its rules run."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from tptune.errors import TptuneError
@@ -105,6 +108,8 @@ def cmd_validate(a) -> int:
           f"groups={m.num_query_groups} kv={m.kv_channels} gated={m.gated_mlp} | seq={w.seq_length} "
           f"mbs={w.micro_batch_size} {w.dtype} | backend={s.backend} device={s.device} tp={s.tp_sizes} run={s.run}"
           + (" | hardware not checked (TPTUNE_SUBMIT_ONLY=1: its jobs check where they run)" if _submit_only() else ""))
+    if s.ops_note:
+        print(s.ops_note)
     from tptune.te.traps import run_traps  # what would switch TP overlap off in training (errors were refused above)
     for t in run_traps(s.config, s.model):
         print(t.line)
@@ -409,9 +414,24 @@ def cmd_check_run(a) -> int:
     return 0
 
 
+def _step(sub, name: str, doc: str) -> argparse.ArgumentParser:
+    """A step the workflow's rules run on a run folder: callable as any subcommand, but given without
+    ``help`` so that ``tptune --help`` lists it apart from the user commands (build_parser's epilog)."""
+    _STEPS.append(name)
+    return sub.add_parser(name, description=doc)
+
+
+_STEPS: list[str] = []
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tptune", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    from tptune import __version__
+
+    ap = argparse.ArgumentParser(prog="tptune", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"tptune {__version__}")
+    sub = ap.add_subparsers(dest="cmd", required=True, title="commands", metavar="<command>")
+    _STEPS.clear()
 
     user_config = ("a run config YAML, layered over config/config.yaml as snakemake --configfile is (repeat "
                    "to layer several), or a run's outputs/<run>/config.json")
@@ -442,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_analyze_case)
 
-    p = sub.add_parser("search-step", help="one step of one binary search: from its recorded session, "
+    p = _step(sub, "search-step", "one step of one binary search: from its recorded session, "
                                            "decide what comes next")
     for k in ("config", "op", "dim", "out"):
         p.add_argument(f"--{k}", required=True)
@@ -453,7 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, fn, doc in (("measure-step", cmd_measure_step, "measure one search step's points side by side"),
                           ("measure-point", cmd_measure_point, "measure one TP point's settings side by side")):
-        p = sub.add_parser(name, help=doc)
+        p = _step(sub, name, doc)
         for k in ("config", "op"):
             p.add_argument(f"--{k}", required=True)
         p.add_argument("--tp", type=int, required=True)
@@ -465,14 +485,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--prev")
         p.set_defaults(fn=fn)
 
-    p = sub.add_parser("tp-point", help="best setting of one op at one TP, from its recorded session: the "
+    p = _step(sub, "tp-point", "best setting of one op at one TP, from its recorded session: the "
                                         "references, the searches' winners and the tuned combinations")
     for k in ("config", "op", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.set_defaults(fn=cmd_tp_point)
 
-    p = sub.add_parser("layer", help="the layer stage of one TP: the tuned combination, TE defaults, presets "
+    p = _step(sub, "layer", "the layer stage of one TP: the tuned combination, TE defaults, presets "
                                      "and no overlap on a whole transformer block, side by side")
     for k in ("config", "out"):
         p.add_argument(f"--{k}", required=True)
@@ -481,34 +501,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", help="digest of the measurement settings the workflow scheduled")
     p.set_defaults(fn=cmd_layer)
 
-    p = sub.add_parser("analyze-session", help="trace metrics of every setting of one session")
+    p = _step(sub, "analyze-session", "trace metrics of every setting of one session")
     p.add_argument("--session", required=True, help="the session folder (holds session.json)")
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_analyze_session)
 
-    p = sub.add_parser("tp-step", help="one step of the TP decision of one op")
+    p = _step(sub, "tp-step", "one step of the TP decision of one op")
     for k in ("config", "op", "out"):
         p.add_argument(f"--{k}", required=True)
     p.add_argument("--tp", type=int, required=True)
     p.add_argument("--points", nargs="+", required=True)
     p.set_defaults(fn=cmd_tp_step)
 
-    p = sub.add_parser("collect", help="all sessions' measurements and trace metrics in one table")
+    p = _step(sub, "collect", "all sessions' measurements and trace metrics in one table")
     p.add_argument("--out", required=True, help="measurements.parquet in the run folder")
     p.add_argument("--sessions", nargs="+", required=True, help="session.json files")
     p.set_defaults(fn=cmd_collect)
 
-    p = sub.add_parser("decide", help="decisions.json and the config files users load")
+    p = _step(sub, "decide", "decisions.json and the config files users load")
     p.add_argument("--config", required=True)
     p.add_argument("--decisions", nargs="+", required=True)
     p.set_defaults(fn=cmd_decide)
 
-    p = sub.add_parser("report", help="render report.md")
+    p = _step(sub, "report", "render report.md")
     for k in ("config", "out"):
         p.add_argument(f"--{k}", required=True)
     p.set_defaults(fn=cmd_report)
 
-    p = sub.add_parser("join-json", help="a JSON list of several JSON files (search bookkeeping)")
+    p = _step(sub, "join-json", "a JSON list of several JSON files (search bookkeeping)")
     p.add_argument("--out", required=True)
     p.add_argument("inputs", nargs="+")
     p.set_defaults(fn=cmd_join_json)
@@ -559,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tptune.cli.check import add_check_parser
     add_check_parser(sub)
 
-    p = sub.add_parser("check-run", help="exit 1 when a stage of the run had no successful member")
+    p = _step(sub, "check-run", "exit 1 when a stage of the run had no successful member")
     p.add_argument("run_dir")
     p.add_argument("--out", required=True, help="written when every stage had a successful member")
     p.set_defaults(fn=cmd_check_run)
@@ -568,6 +588,9 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False)
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(fn=None)
+    ap.epilog = ("workflow steps (the Snakemake rules run these on a run's outputs/<run>/config.json;\n"
+                 "`tptune <step> -h` for each):\n" + textwrap.fill(", ".join(_STEPS), 78, initial_indent="  ",
+                                                                subsequent_indent="  "))
     return ap
 
 

@@ -65,6 +65,11 @@ def op_shapes(op: str, mc: ModelConfig) -> list[OpShape]:
     raise ValueError(f"unknown op {op!r}: expected one of {', '.join(OPS)}")
 
 
+def overlap_ops(mc: ModelConfig) -> tuple[str, ...]:
+    """The ops this model runs under TP comm overlap (those with a shape): what ``ops: auto`` tunes."""
+    return tuple(op for op in OPS if op_shapes(op, mc))
+
+
 def primary_shape(op: str, mc: ModelConfig) -> OpShape:
     """The op's most frequent shape: the one that runs in most layers (the first on a tie); where an op has
     several, its cases are measured at all (worker.harness) and this one gets the trace and check. Raises

@@ -3,23 +3,30 @@ references (pooled where several sessions measured the pair), the capped overlap
 line per reason to doubt it. Built from decisions.json and the recorded sessions only."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tptune.cases import parse_case_id
+from tptune.model.ops import OPS
 from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency
 from tptune.stats.wording import classify_ratio
 from tptune.stats.rounds import Ratio, ratio_of
 from tptune.records.sessions import read_session
 
-# What a run writes for users to load, in the order a user reaches for them, with what loads it.
-LOADABLE = (("tp_comm_overlap_cfg.yaml", "Megatron-LM `--tp-comm-overlap-cfg` (TE `ub_cfgs`)"),
-            ("megatron_flags.txt", "Megatron-LM command-line flags"),
-            ("transformer_config_overrides.yaml", "Megatron-core `TransformerConfig` fields"),
-            ("tp_overlap_cfg_nemo.py", "Megatron-Bridge / NeMo 2 `TransformerLayerTPOverlapCfg`"),
-            ("ub_cfgs.json", "TE `initialize_ub(ub_cfgs=...)`"),
-            ("chunked_cfg.yaml", "the torch backend's chunk counts per GEMM shape"))
+# What a run writes for users to load, in the order a user reaches for them: decisions.json's key for the
+# file (meta["files"]["sets"][tp]["files"]), its unsuffixed name (the copy of the default set), what loads it.
+LOADABLE_FILES = (("ub_cfgs_yaml", "tp_comm_overlap_cfg.yaml", "Megatron-LM `--tp-comm-overlap-cfg` (TE `ub_cfgs`)"),
+                  ("megatron_flags", "megatron_flags.txt", "Megatron-LM command-line flags"),
+                  ("overrides", "transformer_config_overrides.yaml", "Megatron-core `TransformerConfig` fields"),
+                  ("bridge", "tp_overlap_cfg_nemo.py", "Megatron-Bridge / NeMo 2 `TransformerLayerTPOverlapCfg`"),
+                  ("ub_cfgs_json", "ub_cfgs.json", "TE `initialize_ub(ub_cfgs=...)`"),
+                  ("chunked_cfg", "chunked_cfg.yaml", "the torch backend's chunk counts per GEMM shape"))
+LOADABLE = tuple((name, why) for _, name, why in LOADABLE_FILES)
 BLOCK = "block"
+# tptune's own block combinations (decide.layer: tuned_preset, fastest_preset, other_mode_preset): measured
+# beside the presets but never one of them
+OWN_COMBINATIONS = re.compile(r"ub\.(tuned|fastest|tuned_other_dgrad)_tp\d+")
 
 
 def _ratio(r: Ratio | None) -> dict | None:
@@ -36,8 +43,51 @@ def evidence_tp(rec: dict) -> str:
 
 
 def _preset(variant: str) -> bool:
-    """A named ub_cfgs preset measured as a reference (not TE defaults, not a tuned combination)."""
-    return variant.startswith("ub.") and "+" not in variant and variant != "ub.te" and not variant.startswith("ub.tuned")
+    """A named ub_cfgs preset of search.te_presets measured as a reference (not TE defaults, not one of
+    tptune's own combinations)."""
+    return (variant.startswith("ub.") and "+" not in variant and variant != "ub.te"
+            and not OWN_COMBINATIONS.fullmatch(variant))
+
+
+GRADED = {"proven": "proven on the block", "unproven": "unproven", "failed": "**failed**",
+          None: "not graded (decisions.json lists no files: the layout before tptune graded them)"}
+
+
+def _file_set(tp: int, files: list[dict], rec: dict | None = None) -> dict:
+    rec = rec or {}
+    status = rec.get("status")
+    return {"tp": tp, "files": files, "names": ", ".join(f"`{f['name']}`" for f in files), "status": status,
+            "graded": GRADED.get(status, status), "why": rec.get("why"), "check": rec.get("check")}
+
+
+def _files(meta: dict, run_dir: Path, backend: str) -> dict:
+    """What the card tells users to load: ``load``, the unsuffixed files (a copy of the default TP's set),
+    and ``sets``, each TP's own files with how far they are proven (decisions.json meta["files"]). A run
+    recorded before decisions.json listed its files: the unsuffixed files in the folder, except at model
+    TP 1, where no file is to be loaded and the per-TP files in the folder are named instead."""
+    rec = meta.get("files")
+    if rec is not None:
+        sets = []
+        for key, s in sorted((rec.get("sets") or {}).items(), key=lambda kv: int(kv[0])):
+            names = s.get("files") or {}
+            sets.append(_file_set(int(s.get("tp", key)), [{"key": k, "name": names[k], "for": why}
+                                                          for k, _, why in LOADABLE_FILES if k in names], s))
+        default = next((x for x in sets if str(x["tp"]) == str(rec["default"])), None) \
+            if rec.get("default") is not None else None
+        keys = {f["key"] for f in default["files"]} if default else set()
+        load = [{"name": name, "for": why} for k, name, why in LOADABLE_FILES if k in keys]
+        return {"recorded": True, "model_tp": rec.get("model_tp", meta.get("model_tp")), "load": load,
+                "default": default, "sets": sets, "others": [x for x in sets if x is not default]}
+    run_dir = Path(run_dir)
+    # the torch backend measured chunk counts, never userbuffers: its per-TP yaml holds TE defaults
+    per_tp = {int(m[1]): p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")
+              if (m := re.fullmatch(r"tp_comm_overlap_cfg\.tp(\d+)\.yaml", p.name)) and backend == "te"}
+    sets = [_file_set(tp, [{"name": name, "for": LOADABLE_FILES[0][2]}]) for tp, name in sorted(per_tp.items())]
+    load = [] if meta.get("model_tp") == 1 else \
+        [{"name": n, "for": why} for n, why in LOADABLE if (run_dir / n).exists()
+         and (n != "chunked_cfg.yaml" or backend == "torch")]
+    return {"recorded": False, "model_tp": meta.get("model_tp"), "load": load, "default": None, "sets": sets,
+            "others": sets if not load else []}
 
 
 def _model_tp_reason(meta: dict) -> str:
@@ -51,7 +101,7 @@ def _model_tp_reason(meta: dict) -> str:
             return (f"overlap rule at TP {tp}: {e['reason']}; it needs {100 * e['min_hidden_fraction']:.0f}% "
                     "of the exposed communication hidden")
         if e.get("rule") == "scaling" and e.get("to_tp") == tp and e.get("passed"):
-            return (f"overlap rule: TP {e['from_tp']} → {tp} takes the four ops from "
+            return (f"overlap rule: TP {e['from_tp']} → {tp} takes the ops from "
                     f"{e['time_from_ms']:.3f} to {e['time_to_ms']:.3f} ms (needs ≤ {e['bound_ms']:.3f})")
     for e in ev:
         if e.get("passed"):
@@ -60,7 +110,7 @@ def _model_tp_reason(meta: dict) -> str:
             return (f"overlap rule at TP {e['tp']}: {e['reason']}; it needs {100 * e['min_hidden_fraction']:.0f}% "
                     "of the exposed communication hidden")
         if e.get("rule") == "scaling":
-            return (f"overlap rule: TP {e['from_tp']} → {e['to_tp']} would take the four ops from "
+            return (f"overlap rule: TP {e['from_tp']} → {e['to_tp']} would take the ops from "
                     f"{e['time_from_ms']:.3f} to {e['time_to_ms']:.3f} ms (needs ≤ {e['bound_ms']:.3f})")
         if e.get("rule") == "node_bound":
             return f"the node: TP {e['tp']} exceeds its {e['gpus_per_node']} GPUs or the TP sizes tried {e['allowed_tps']}"
@@ -74,7 +124,7 @@ def _block(meta: dict, margin: float) -> dict | None:
     if not rec:
         return None
     pooled = (rec.get("pooled") or {}).get("pooled") or {}
-    refs, presets = [], []
+    refs, presets, own = [], [], []
     for row in rec.get("settings") or []:
         vs = row.get("tuned_vs") or {}
         if not vs:
@@ -89,12 +139,14 @@ def _block(meta: dict, margin: float) -> dict | None:
             presets.append(item)
         elif row["variant"] in ("none", "ub.te"):
             refs.append(item)
+        elif OWN_COMBINATIONS.fullmatch(row["variant"]):
+            own.append(item)
     # the best preset is the one the tuned block gains least against (its ratio nearest or above 1)
     best = max(presets, key=lambda x: (x["ratio"] or {}).get("ratio") or 0.0) if presets else None
     unproven = sum((r.get("host_batches") or {}).get("failed", 0) for r in rec.get("settings") or [])
     batches = sum((r.get("host_batches") or {}).get("batches", 0) for r in rec.get("settings") or [])
     return {"tp": rec["tp"], "winner": rec.get("winner"), "tuned": rec.get("tuned"), "reason": rec.get("reason"),
-            "numerics_failed": rec.get("numerics_failed"), "references": refs, "best_preset": best,
+            "numerics_failed": rec.get("numerics_failed"), "references": refs, "best_preset": best, "own": own,
             "presets": presets, "rounds": rec.get("rounds"), "host_failed": unproven, "host_batches": batches}
 
 
@@ -119,12 +171,13 @@ def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) ->
                  "it bounds); their efficiencies are not shown." if faults else "Faults: no bound fault.")
     host = m.get("host_bound") or []
     behind = m.get("host_behind") or []
-    if host or behind:
+    if s.device != "cuda":
+        lines.append("Host: on CPU the host is the device.")
+    elif host or behind:
         lines.append(f"Host: {len(host)} host-bound setting(s) (host launch ≥ GPU time: in training the host must "
                      f"keep up with these); {len(behind)} setting(s) with a batch the host never got ahead of.")
     else:
-        lines.append("Host: every op batch had the host ahead of the GPU (GPU time)." if s.device == "cuda"
-                     else "Host: on CPU the host is the device.")
+        lines.append("Host: every op batch had the host ahead of the GPU (GPU time).")
     if block and block["host_failed"]:
         lines.append(f"Block host evidence: {block['host_failed']} of {block['host_batches']} block batches failed the "
                      "host-ahead check; the block figures include host launch time.")
@@ -133,22 +186,38 @@ def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) ->
     return lines
 
 
+def _efficiency(decisions: dict) -> tuple[str | None, str | None]:
+    """(the summed ops' capped efficiency as shown, or None; why none is shown). Only where some op's
+    chosen setting overlaps is there a comparison: an op that chose no overlap hides nothing by definition."""
+    eff = decisions["meta"].get("model_efficiency")
+    overlapped = [op for op, rec in decisions["ops"].items()
+                  if (w := (rec.get("winner") or {}).get("case")) and parse_case_id(w).variant_id != "none"]
+    if not overlapped:
+        return None, "every op's fastest setting was no overlap, so no overlap setting was compared with its bound"
+    if not eff:
+        return None, "not recorded"
+    return Efficiency.from_dict(eff).shown(), None
+
+
 def answer_card(s, run_dir: Path, decisions: dict, failures: list[dict]) -> dict:
     meta = decisions["meta"]
     margin = meta.get("noise_floor") or s.config["decision"]["noise_floor"]
-    files = [{"name": n, "for": why} for n, why in LOADABLE if (Path(run_dir) / n).exists()
-             and (n != "chunked_cfg.yaml" or s.backend == "torch")]
+    files = _files(meta, run_dir, s.backend)
     flags = None
-    if (Path(run_dir) / "megatron_flags.txt").exists():
-        flags = " ".join(ln.strip() for ln in (Path(run_dir) / "megatron_flags.txt").read_text().splitlines()
+    flags_file = Path(run_dir) / "megatron_flags.txt"
+    if any(f["name"] == flags_file.name for f in files["load"]) and flags_file.exists():
+        flags = " ".join(ln.strip() for ln in flags_file.read_text().splitlines()
                          if ln.strip() and not ln.lstrip().startswith("#"))
-    eff = meta.get("model_efficiency")
+    efficiency, no_efficiency = _efficiency(decisions)
     block = _block(meta, margin)
     no_tp = meta.get("model_tp") == 1
-    return {"no_tp": no_tp, "files": files, "flags": flags, "model_tp": meta.get("model_tp"), "tp_reason": _model_tp_reason(meta),
+    return {"no_tp": no_tp, "files": files, "load": files["load"], "flags": flags, "model_tp": meta.get("model_tp"),
+            "tp_reason": _model_tp_reason(meta),
             "ops": {op: {"tp": rec["tp"], "variant": (rec.get("config") or {}).get("variant")}
                     for op, rec in decisions["ops"].items()},
-            "block": block, "efficiency": Efficiency.from_dict(eff).shown() if eff else None,
+            "ops_note": s.ops_note if s.ops_note and tuple(s.ops) != OPS else None,
+            "block": block, "layer_tps": sorted(int(tp) for tp in meta.get("layer") or {}),
+            "efficiency": efficiency, "no_efficiency": no_efficiency,
             "confidence": _confidence(decisions, s, failures, block), "cpu": s.device != "cuda",
             "margin": margin}
 

@@ -103,7 +103,9 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
             "fwd_ms": w.get("fwd_median_ms"), "bwd_ms": w.get("bwd_median_ms"), "total_ms": t_w,
             "none_ms": t_none, "bound_ms": t_bound,
             "bound_faulted": nocomm in faulted,
-            "hidden": Efficiency.from_dict(eff).shown() if eff else "–",
+            # an op that chose no overlap was compared with nothing: no share, not 0%
+            "hidden": "– (no overlap chosen)" if eff and eff.get("why") == "no overlap chosen"
+            else Efficiency.from_dict(eff).shown() if eff else "–",
             "finalists": rec.get("finalists") or [], "pooled": rec.get("pooled") or {}, "overlap_pct": (overlap / comm) if comm else None,
             "exposed_ms": sum(w.get(f"{p}_exposed_comm_ms") or 0 for p in ("fwd", "bwd")) if w else None,
             "runner_up": (rec.get("runner_up") or {}).get("case"), "margin": rec.get("margin"),
@@ -175,14 +177,16 @@ def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
         def total(variant):
             vals = [by.get((op, tp, variant)) for op in ops]
             return None if any(v is None for v in vals) else sum(vals)
-        fastest = []
+        fastest, variants = [], []
         for op in ops:
             f = (decisions["ops"][op]["points"].get(str(tp)) or {}).get("fastest")
             fastest.append(f and by.get((op, tp, parse_case_id(f["case"]).variant_id)))
+            variants.append(f and parse_case_id(f["case"]).variant_id)
         presets = sorted({v for (_, t, v) in by if t == tp and v.startswith("ub.") and "+" not in v and v != "ub.te"})
         rows.append({"tp": tp, "none": total("none"), "te": total("ub.te"),
                      "presets": {p: total(p) for p in presets},
-                     "tuned": None if any(v is None for v in fastest) else sum(fastest), "bound": total("nocomm")})
+                     "tuned": None if any(v is None for v in fastest) else sum(fastest), "bound": total("nocomm"),
+                     "tuned_is_none": all(v == "none" for v in variants)})
     return rows
 
 
@@ -223,6 +227,22 @@ def _measured_with(sessions: list[dict]) -> list[dict]:
     return out
 
 
+def _environment(s: Settings) -> jinja2.Environment:
+    env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                               trim_blocks=True, lstrip_blocks=True)
+    env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
+                         words=lambda r: classify_ratio(r, s.config["decision"]["noise_floor"]),
+                         efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
+    return env_t
+
+
+def card_markdown(s: Settings, run_dir: Path, decisions: dict, failures: list[dict]) -> str:
+    """The answer card alone, as report.md opens with it (without the summary figure and its table)."""
+    return _environment(s).get_template("answer_card.md.j2").render(
+        card=answer_card(s, run_dir, decisions, failures), summary_rows=[], summary_png=None,
+        layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)))
+
+
 def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     plan = pl.read_parquet(run_dir / "plan.parquet")
     meas = pl.read_parquet(run_dir / "measurements.parquet")
@@ -249,15 +269,15 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
                      "stop": x["stop"], "wall_s": x["wall_s"], "gpu_s": x.get("gpu_s"),
                      "failed": x.get("failed") or []} for x in sessions]
     gpu_s = sum(x.get("gpu_s") or 0.0 for x in sessions) or gpu_s
-    yaml_text = (run_dir / "tp_comm_overlap_cfg.yaml").read_text()
-    flags_text = (run_dir / "megatron_flags.txt").read_text() if (run_dir / "megatron_flags.txt").exists() else None
-    chunk_text = (run_dir / "chunked_cfg.yaml").read_text()
-    env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                               trim_blocks=True, lstrip_blocks=True)
-    env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
-                         words=lambda r: classify_ratio(r, s.config["decision"]["noise_floor"]),
-                         efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
+    env_t = _environment(s)
     card = answer_card(s, run_dir, decisions, failures)
+    shown = {f["name"] for f in card["load"]} if card["files"]["recorded"] else None
+
+    def text(name):
+        """An unsuffixed file's text where the card lists it (a run recorded before its files were listed:
+        where it exists)."""
+        path = run_dir / name
+        return path.read_text() if (shown is None or name in shown) and path.exists() else None
     summary = summary_rows(run_dir, decisions)
     png = plot_summary(summary, run_dir / "figures" / "summary.png")
     text = env_t.get_template("report.md.j2").render(
@@ -267,8 +287,10 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
         comparison=_comparison(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
         tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
-        gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=yaml_text,
-        chunk_text=chunk_text, run_dir=run_dir, sessions=session_rows, flags_text=flags_text,
+        gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=text("tp_comm_overlap_cfg.yaml"),
+        chunk_text=text("chunked_cfg.yaml"), run_dir=run_dir, sessions=session_rows,
+        flags_text=text("megatron_flags.txt"),
+        tps_measured=sorted({int(t) for rec in decisions["ops"].values() for t in rec.get("points") or {}}),
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
         overlap_md=_overlap_md(s),

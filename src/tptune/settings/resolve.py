@@ -15,7 +15,7 @@ from tptune.errors import ConfigError
 from tptune.measure.gpupool import available_ids, slurm_allocation
 from tptune.settings.schema import problems as schema_problems
 from tptune.model.spec import ModelConfig, load_model
-from tptune.model.ops import OPS
+from tptune.model.ops import OPS, overlap_ops
 
 CALIBRATION_JSON = "calibration/window.json"    # a run's window calibration (timing.window_ms: auto), beside config.json
 SCHEMA = yaml.safe_load((Path(__file__).parents[1] / "data" / "config.schema.yaml").read_text())
@@ -56,6 +56,7 @@ class Settings:
     backend: str            # torch | te
     device: str             # cpu | cuda
     run: str
+    ops_note: str | None = None     # ops: auto (the default): what it took for this model (traps.auto_ops_note)
 
     @property
     def ops(self) -> list[str]:
@@ -141,6 +142,13 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
             else:
                 problems.append(f"model file {exc.source}: {p}")
         mc = None
+    ops_note = None
+    if config["ops"] == "auto":
+        # a copy: the caller's config (what config.json records) keeps "auto", re-resolved by every step
+        config = {**config, "ops": list(overlap_ops(mc)) if mc is not None else list(OPS)}
+        if mc is not None:
+            from tptune.te.traps import auto_ops_note
+            ops_note = auto_ops_note(mc)
     node = config.get("gpus_per_node", 8)
     for tp in sorted(config["tp_sizes"]):
         if tp & (tp - 1):
@@ -182,7 +190,7 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
     run = config.get("run") or f"{mc.model.name}-s{w.seq_length}-b{w.micro_batch_size}-{w.dtype}-{backend}"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", run):
         raise ConfigError(source, [f"field 'run' = {run!r}: use letters, digits, '.', '_' and '-' only"])
-    return Settings(config=config, model=mc, backend=backend, device=device, run=run)
+    return Settings(config=config, model=mc, backend=backend, device=device, run=run, ops_note=ops_note)
 
 
 def cross_field_problems(config: dict) -> list[str]:

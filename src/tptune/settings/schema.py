@@ -16,13 +16,16 @@ def problems(data, schema: dict, path: str = "") -> list[str]:
     out: list[str] = []
     if "anyOf" in schema:
         alts = [problems(data, alt, path) for alt in schema["anyOf"]]
+        # the one form of the data's own type (ops: a list, not "auto") names the item that is wrong
+        typed = [a for alt, a in zip(schema["anyOf"], alts) if "type" in alt and _is(data, alt["type"])]
+        if all(alts) and len(typed) == 1:
+            return typed[0]
         if all(alts):
             why = "; ".join(a[0].split(": ", 1)[-1] for a in alts)
             return [f"field '{where}': matches none of its forms ({why})"]
     t = schema.get("type")
     if t:
-        ok = isinstance(data, _TYPES[t]) and not (t in ("integer", "number") and isinstance(data, bool))
-        if not ok:
+        if not _is(data, t):
             return [f"field '{where}': {data!r} is not of type '{t}'"]
     if "enum" in schema and data not in schema["enum"]:
         out.append(f"field '{where}': {data!r} is not one of {schema['enum']}")
@@ -47,3 +50,7 @@ def problems(data, schema: dict, path: str = "") -> list[str]:
             elif schema.get("additionalProperties") is False:
                 out.append(f"field '{sub}': unknown key (expected one of {', '.join(props)})")
     return out
+
+
+def _is(data, t: str) -> bool:
+    return isinstance(data, _TYPES[t]) and not (t in ("integer", "number") and isinstance(data, bool))

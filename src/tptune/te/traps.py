@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tptune.model.spec import ModelConfig
-from tptune.model.ops import layer_linears, op_mix, op_shapes
+from tptune.model.ops import layer_linears, op_mix, op_shapes, overlap_ops
 
 TE_RULES_VERSION = (2, 20)      # search/ubcfg.py's knob rules were read at this TE
 # knobs whose TE support is only checked against TE_RULES_VERSION (older TEs may not take them)
@@ -70,13 +70,10 @@ def model_traps(mc: ModelConfig, ops=("qkv", "proj", "fc1", "fc2"), tp_sizes=(),
     out: list[Trap] = []
     for op in ops:
         if not op_shapes(op, mc):
-            why = ("multi-latent attention has no linear_qkv; its q/kv projections run under other buffer names"
-                   if op == "qkv" else
-                   "every layer is an MoE layer without shared experts: fc1/fc2 are routed experts, which TE's "
-                   "GroupedLinear and Megatron's expert linears never run with userbuffers")
-            out.append(Trap("ops_without_overlap", "error", f"op {op}: nothing to tune in {m.name}: {why}.",
-                            f"remove {op} from 'ops' (this model's TP-overlap ops: "
-                            + ", ".join(o for o in ("qkv", "proj", "fc1", "fc2") if op_shapes(o, mc)) + ")."))
+            out.append(Trap("ops_without_overlap", "error", f"op {op}: nothing to tune in {m.name}: "
+                            f"{no_overlap_why(op, mc)}.",
+                            f"remove {op} from 'ops' (this model's TP-overlap ops: {', '.join(overlap_ops(mc))}; "
+                            "or leave 'ops' out: its default, auto, takes those)."))
     if m.is_mla:
         names = [x.module.split(".")[-1] for x in layer_linears(mc) if x.module.startswith("self_attention.")
                  and x.op is None]
@@ -133,6 +130,25 @@ def model_traps(mc: ModelConfig, ops=("qkv", "proj", "fc1", "fc2"), tp_sizes=(),
                             f"search uses {', '.join(newer)}, which that TE may not take.",
                             "use TE >= 2.20, or leave those knobs out of search.knobs."))
     return sorted(out, key=lambda t: t.level != "error")
+
+
+def no_overlap_why(op: str, mc: ModelConfig) -> str:
+    """Why ``op`` has no shape under TP overlap in this model (op_shapes is empty)."""
+    if op == "qkv":
+        return "multi-latent attention has no linear_qkv; its q/kv projections run under other buffer names"
+    return ("every layer is an MoE layer without shared experts: fc1/fc2 are routed experts, which TE's "
+            "GroupedLinear and Megatron's expert linears never run with userbuffers")
+
+
+def auto_ops_note(mc: ModelConfig) -> str:
+    """What ``ops: auto`` (the default) tunes in this model, and which ops it leaves out and why: one line
+    for ``tptune validate`` and the report."""
+    ops = overlap_ops(mc)
+    out = [op for op in ("qkv", "proj", "fc1", "fc2") if op not in ops]
+    line = f"ops: {', '.join(ops)}: the default (ops: auto) takes the ops {mc.model.name} runs under TP overlap"
+    if not out:
+        return line + "."
+    return line + f"; it leaves out {', '.join(out)}: {'; '.join(dict.fromkeys(no_overlap_why(op, mc) for op in out))}."
 
 
 def _mlp_where(mc: ModelConfig) -> str:
