@@ -56,26 +56,15 @@ def verify_settings(model: str, tp: int, workload: dict, config_files: list[str]
     return resolve(cfg, source=", ".join(config_files) or "tptune verify")
 
 
-def load_switches(path: str | Path) -> dict[str, bool]:
-    """The eight Megatron switches of a TransformerConfig overrides YAML, over Megatron's defaults with
-    tp_comm_overlap on (a pair's file is only read with it on); ConfigError naming an unknown field."""
+def pair_switches_from(path: str | Path) -> dict[str, bool]:
+    """The eight switches of a pair's overrides YAML or megatron_flags.txt (te.check's loaders: Megatron's
+    defaults under those given)."""
+    from tptune.te.check import resolve_switches, switches_from_flags, switches_from_overrides
     from tptune.te.megatron_flags import MEGATRON_FIELDS
 
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        raise ConfigError(str(path), ["file not found"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
-    if not isinstance(raw, dict):
-        raise ConfigError(str(path), ["expected a mapping of TransformerConfig fields"])
-    bad = [f"field '{k}': not a TP-overlap switch (expected {', '.join(MEGATRON_FIELDS)} or sequence_parallel)"
-           for k in raw if k not in MEGATRON_FIELDS and k != "sequence_parallel"]
-    bad += [f"field '{k}' = {v!r}: expected true or false" for k, v in raw.items() if not isinstance(v, bool)]
-    if bad:
-        raise ConfigError(str(path), bad)
-    return {**MEGATRON_FIELDS, "tp_comm_overlap": True, **{k: v for k, v in raw.items() if k in MEGATRON_FIELDS}}
+    load = switches_from_flags if str(path).endswith(".txt") else switches_from_overrides
+    sw = resolve_switches(load(path))
+    return {k: bool(sw[k]) for k in MEGATRON_FIELDS}
 
 
 def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | None = None,
@@ -94,7 +83,7 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
     pair_switches = {}
     for i, (cfg, sw) in enumerate(pairs):
         users[f"pair{i + 1}"] = (Path(cfg), load_user_cfg(cfg))
-        pair_switches[f"pair{i + 1}"] = load_switches(sw)
+        pair_switches[f"pair{i + 1}"] = pair_switches_from(sw)
     work = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="tptune-verify-"))
     presets = work / "presets"
     presets.mkdir(parents=True, exist_ok=True)

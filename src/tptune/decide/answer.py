@@ -18,6 +18,7 @@ from tptune.decide.summary import (
     measurement_summary,
     summed_efficiency,
 )
+from tptune.cases import parse_case_id
 from tptune.decide.files import write_sets
 from tptune.decide.tp import apply_floor, memory_floor, model_tp
 from tptune.emit import configs as emit

@@ -47,10 +47,12 @@ def _stale(run_dir: Path) -> list[Path]:
     return [p for p in found if p.exists()]
 
 
-def consistency_problems(ub: dict, switches: dict, *, fp8: bool) -> list[str]:
-    """What Megatron + TE would not run as written in this pair, as sentences."""
-    want = mf.block_switches(ub)
-    return [f"{k}: the file needs {want[k]}, the switches say {switches[k]}" for k in want if want[k] != switches[k]]
+def check(ub: dict, switches: dict, *, fp8: bool) -> dict:
+    """tptune check of a pair: {"ok", "problems": [line]} (te.check: does Megatron + TE run it as written)."""
+    from tptune.te.check import check_pair
+
+    res = check_pair(ub, switches, fp8=fp8)
+    return {"ok": res.ok, "problems": [p.line() for p in res.problems]}
 
 
 def write_te_set(run_dir: Path, tp: int | None, ub: dict, switches: dict, *, model: str, workload: dict,
@@ -111,13 +113,15 @@ def te_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], m
             status = "unproven"
             notes = [f"UNPROVEN: {why}"] + notes
         switches = mf.block_switches(ub)
-        problems = consistency_problems(ub, switches, fp8=fp8)
-        if problems:   # a bug in tptune, never a file to hand out
-            raise RuntimeError(f"TP {t}: the set tptune would write is not run as written: {'; '.join(problems)}")
+        checked = check(ub, switches, fp8=fp8)
+        if not checked["ok"]:   # never handed out: the set would not run as written
+            out[str(t)] = {"tp": t, "files": {}, "status": "failed", "check": checked,
+                           "why": f"the set tptune derived is not run as written: {'; '.join(checked['problems'])}"}
+            continue
         files = write_te_set(run_dir, t, ub, switches, model=meta["model"], workload=meta["workload"], fp8=fp8,
                              notes=notes, set_tp=t)
-        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why,
-                       "check": {"ok": True, "problems": []}, "switches": switches, "_ub": ub, "_notes": notes}
+        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why, "check": checked,
+                       "switches": switches, "_ub": ub, "_notes": notes}
     return out
 
 

@@ -17,6 +17,20 @@ from tptune.settings.resolve import Settings, read_calibration
 TEMPLATES = Path(__file__).parents[1] / "templates"
 
 
+def _numerics(n: dict | None) -> str:
+    """": 1.32% (1.00x) / 2.26% (0.97x) / 2.34% (0.97x)" of a layer row's numerics (decide.layer.numerics_row),
+    with the failing tensors named; nothing for a run judged by TE's pairwise criterion."""
+    if not n or n.get("legacy"):
+        return ""
+    summ = n.get("summary") or {}
+    parts = [f"{100 * summ[k]['rel_l2']:.3g}% ({summ[k]['l2_ratio']:.2f}×)" for k in ("output", "input_grad", "weight_grads")
+             if k in summ]
+    text = ": " + " / ".join(parts) if parts else ""
+    if n.get("why"):
+        text += f"; failed: {n['why']}"
+    return text
+
+
 def _fmt(x, nd=3):
     if x is None:
         return "–"
@@ -230,7 +244,7 @@ def _measured_with(sessions: list[dict]) -> list[dict]:
 def _environment(s: Settings) -> jinja2.Environment:
     env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
-    env_t.filters.update(fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
+    env_t.filters.update(numerics=_numerics, fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
                          words=lambda r: classify_ratio(r, s.config["decision"]["noise_floor"]),
                          efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
     return env_t

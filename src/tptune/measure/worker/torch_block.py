@@ -12,7 +12,6 @@ shared expert (``_moe``). Variants as for the ops: none, nocomm
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from tptune.cases import Case, make_case
 from tptune.model.spec import ModelConfig
