@@ -13,7 +13,7 @@ and output gradient, and so is the same-precision no-overlap block (the baseline
 with u the unit roundoff of the measured precision (a floor for a baseline that happens to be exact).
 Every tensor is judged: the block's output, its input gradient and each weight gradient.
 
-The factors were calibrated on GPUs (results/numerics-calibration-*): the legitimate settings' ratios
+The factors were calibrated on GPUs (results/numerics-calibration): the legitimate settings' ratios
 to the baseline and the planted corruptions' ratios are printed side by side in those results, and the
 factors sit between them with room on both sides (docs/layer-and-memory.md#numerics).
 """
