@@ -104,9 +104,11 @@ def test_benches_build_layers_under_the_emitted_switches():
     ring = {k: v for k, v in UB.items() if k != "fc1_wgrad"} | {"fc1_dgrad": {"method": "ring_exchange"}}
     assert op_switches("fc1", ring)["tp_comm_overlap_rs_dgrad"] is True
     assert op_switches("proj", ring)["tp_comm_overlap_rs_dgrad"] is False
-    both = {k: v for k, v in ring.items() if k != "qkv_wgrad"} | {"qkv_dgrad": {"method": "pipeline"}}
+    both = {k: v for k, v in ring.items() if k != "qkv_wgrad"} | {"qkv_dgrad": {"method": "ring_exchange"}}
     sw = block_switches(both)
     assert sw["tp_comm_overlap_rs_dgrad"] and not sw["tp_comm_bulk_dgrad"] and not sw["tp_comm_bulk_wgrad"]
     assert transformer_config_overrides(sw)["tp_comm_overlap_rs_dgrad"] is True
     with pytest.raises(ValueError, match="tp_comm_overlap_rs_dgrad is one switch for both"):
         block_switches(ring)   # qkv bulk, fc1 reduce-scatter
+    with pytest.raises(ValueError, match="qkv_dgrad: a pipelined reduce-scatter dgrad"):
+        block_switches(both | {"qkv_dgrad": {"method": "pipeline"}})   # TE corrupts it (te.check)

@@ -142,7 +142,7 @@ def test_rederive_reproduces_the_run(run):
         p = subprocess.run([sys.executable, "-m", "tptune", "rederive", copy_dir], cwd=w, capture_output=True,
                            text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
-        for f in ("decisions.json", "tp_comm_overlap_cfg.yaml", "ub_cfgs.json", "chunked_cfg.yaml", "report.md",
+        for f in ("decisions.json", "chunked_cfg.tp2.yaml", "report.md",
                   "layer/tp2.json", "search/qkv/final.json", "search/fc2/tp2/point.json"):
             assert (w / copy_dir / f).read_text() == (w / RUN / f).read_text(), f
         assert pl.read_parquet(w / copy_dir / "measurements.parquet").equals(

@@ -1,4 +1,5 @@
 # Written by tptune 0.1.0; tuned for: model llama3-70b, workload seq_length=8192 micro_batch_size=1 dtype=fp8 recipe=delayed
+# TP 2
 """TP comm/GEMM overlap chosen by tptune, for Megatron-Bridge and NeMo 2.
 
 Megatron-Bridge (a ConfigContainer ``cfg``):

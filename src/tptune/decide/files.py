@@ -150,14 +150,15 @@ def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int]
         if rec is None:
             status, why = "unproven", f"per-op choices at TP {t}, not proven on a block"
         elif win_row is None:
-            status, why = "failed", f"no overlapped setting passed on the block: {rec.get('reason')}"
+            out[str(t)] = {"tp": t, "files": {}, "status": "failed",
+                           "why": f"no overlapped setting passed on the block: {rec.get('reason')}"}
+            continue
         else:
             status = "proven" if win_row.get("correct") is True else "unproven"
             why = f"block-level winner at TP {t}: {win_row['variant']}: {rec['reason']}"
         files = names("torch", t)
         emit.write_chunked_cfg(run_dir / files["chunked_cfg"], shape_map, notes + [f"{status}: {why}"])
-        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why, "_shape_map": shape_map,
-                       "_notes": notes + [f"{status}: {why}"]}
+        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why}
     return out
 
 

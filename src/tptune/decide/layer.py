@@ -231,7 +231,7 @@ def numerics_row(res: dict | None) -> dict | None:
 
     if not res:
         return None
-    if "tensors" not in res:
+    if "factor_l2" not in res:
         return {"ok": res.get("ok"), "criterion": res.get("criterion") or res.get("checked"), "legacy": True}
     return {"ok": res["ok"], "failed": res["failed"], "why": describe_failure(res) or None,
             "reference": res.get("reference_block"), "summary": res["summary"],

@@ -66,6 +66,12 @@ def switches_for(decision: dict) -> dict[str, bool]:
     if unknown or set(OPS) - set(decision):
         raise ValueError(f"decision: expected one entry for each of {', '.join(OPS)}, got {sorted(decision)}")
     mode = {op: op_mode(op, decision[op]) for op in OPS}
+    for op in COLUMN_OPS:
+        d = decision[op].get(f"{op}_dgrad") if mode[op] == "rs_dgrad" else None
+        if d is not None and d["method"] == "pipeline":   # te.check: pipeline_dgrad
+            raise ValueError(f"{op}_dgrad: a pipelined reduce-scatter dgrad runs through TE's split_overlap_rs, "
+                             f"which chunks dgrad's GEMM wrongly: silent gradient corruption (results/rs-dgrad-x2); "
+                             f"only ring_exchange overlaps a qkv/fc1 dgrad reduce-scatter")
     sw = dict(MEGATRON_FIELDS)
     if all(m == NONE for m in mode.values()):
         return sw                                   # tp_comm_overlap off: plain NCCL everywhere

@@ -1,0 +1,112 @@
+"""The files tptune emits come as coherent sets (issue 33): a property over every combination the search
+can hand decide, and the set writer on a real run folder."""
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tptune.model.ops import OPS
+from tptune.te import megatron_flags as mf
+from tptune.te.check import check_pair, read_flags, switches_from_overrides
+from tptune.te.methods import knob_candidates, with_knob
+from tptune.te.ubcfg import compose_ub_cfgs, load_preset, op_entries
+
+ROOT = Path(__file__).resolve().parents[1]
+KNOBS = ROOT / "results" / "knobs-llama3-70b-x2"
+
+
+def _op_options(op: str) -> list[dict]:
+    """Every distinct per-op setting the knob search's mode-changing groups (method, rs_dgrad) reach from TE's
+    defaults and NVIDIA's presets: what a TP point can hand decide for ``op``."""
+    out = []
+    for base in (load_preset("te"), load_preset("nemo_tp4"), load_preset("nvidia_bf16_tp2")):
+        out.append(op_entries(base, op))
+        for group, per in knob_candidates(op, 2, base, {"groups": ["method", "rs_dgrad"]}).items():
+            for gemm, values in per.items():
+                for v in values:
+                    out.append(op_entries(with_knob(base, gemm, group, v), op))
+    uniq = []
+    for o in out:
+        if o not in uniq:
+            uniq.append(o)
+    return uniq
+
+
+def test_no_combination_the_search_can_produce_is_emitted_inconsistent():
+    """decide composes the per-op choices and derives Megatron's switches from them (block_switches): each
+    combination is either refused there (decide then restricts it to one the switches express, itself a
+    combination of this space) or the pair is run as written (te.check), so the guard in decide.files never
+    has to withhold a set the search produced."""
+    options = {op: _op_options(op) for op in OPS}
+    assert all(len(v) >= 2 for v in options.values()), {op: len(v) for op, v in options.items()}
+    for op in ("qkv", "fc1"):   # both dgrad modes reach decide
+        assert {mf.op_mode(op, o) for o in options[op]} == {"bulk", "rs_dgrad"}
+    written = refused = 0
+    for combo in itertools.product(*(options[op] for op in OPS)):
+        ub = compose_ub_cfgs(dict(zip(OPS, combo)))
+        try:
+            sw = mf.block_switches(ub)
+        except ValueError:
+            refused += 1
+            continue
+        res = check_pair(ub, sw)
+        assert res.ok, (combo, [p.line() for p in res.problems])
+        written += 1
+    assert written and refused   # both kinds occur: mixed qkv/fc1 dgrad modes are refused
+
+
+def test_a_rederived_run_writes_one_set_per_tp_and_removes_another_decisions_files(tmp_path):
+    """The knob run re-derived: its TP 2 set and the plain-named copy, each yaml with its own switches that
+    tptune check passes; files an earlier decision left (a yaml of another TP) are removed, not kept beside."""
+    from tptune.cli.rederive import rederive
+    from tptune.settings.resolve import resolve
+
+    run = tmp_path / "run"
+    shutil.copytree(KNOBS, run)
+    (run / "tp_comm_overlap_cfg.tp4.yaml").write_text((run / "tp_comm_overlap_cfg.yaml").read_text())
+    (run / "megatron_flags.txt").write_text("--tp-comm-overlap\n")   # another decision's switches
+    cfg = json.loads((run / "config.json").read_text())
+    cfg.pop("_source", None), cfg.pop("_base_dir", None)
+    rederive(resolve(cfg, base_dir=ROOT, check_hardware=False), run)
+    files = json.loads((run / "decisions.json").read_text())["meta"]["files"]
+    assert files["default"] == "2" and set(files["sets"]) == {"2"}
+    assert not (run / "tp_comm_overlap_cfg.tp4.yaml").exists()
+    for names in (files["sets"]["2"]["files"], files["default_files"]):
+        ub = yaml.safe_load((run / names["ub_cfgs_yaml"]).read_text())
+        sw = switches_from_overrides(run / names["overrides"])
+        assert check_pair(ub, sw).ok
+        flag_sw, named = read_flags(run / names["megatron_flags"])
+        assert named == names["ub_cfgs_yaml"] and check_pair(ub, flag_sw).ok
+        assert json.loads((run / names["ub_cfgs_json"]).read_text()) == ub
+    assert files["sets"]["2"]["status"] == "proven" and files["sets"]["2"]["check"]["ok"]
+
+
+@pytest.mark.parametrize("status", ["failed"])
+def test_a_tp_whose_every_overlapped_block_setting_failed_gets_no_files(tmp_path, status):
+    """The layer record of a TP where the numerics failed every overlapped setting: no set is written for it,
+    and no plain-named copy, and decisions.json says why."""
+    from tptune.cli.rederive import rederive
+    from tptune.settings.resolve import resolve
+
+    run = tmp_path / "run"
+    shutil.copytree(KNOBS, run)
+    cfg = json.loads((run / "config.json").read_text())
+    cfg.pop("_source", None), cfg.pop("_base_dir", None)
+    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    # plant a failed numerics verdict on every overlapped block setting's recorded run
+    for rj in (run / "sessions" / "layer" / "tp2").glob("*/run.json"):
+        r = json.loads(rj.read_text())
+        if "-ub." in r.get("case", rj.parent.name) or rj.parent.name.startswith("ub."):
+            r["correctness"] = {"ok": False, "failed": ["input_grad"], "criterion": "planted"}
+            rj.write_text(json.dumps(r))
+    rederive(s, run)
+    files = json.loads((run / "decisions.json").read_text())["meta"]["files"]
+    assert files["sets"]["2"]["status"] == status and files["sets"]["2"]["files"] == {}
+    assert files["default"] is None
+    assert not list(run.glob("tp_comm_overlap_cfg*.yaml")) and not list(run.glob("megatron_flags*.txt"))
+    assert "no overlapped setting passed" in files["sets"]["2"]["why"]
