@@ -44,9 +44,9 @@ FP8 (workload dtype fp8; read from NVIDIA/TransformerEngine@d0067d0da6cb01811b80
     module/base.py; ``use_fp8=True`` on a TE without the enum), after search.fp8.validate_fp8_ub_cfgs.
   - before anything is built, the recipe is checked against the GPU's compute capability
     (model.recipe_device_problem: MXFP8/NVFP4 need Blackwell).
-  - numerics: the overlapped layer against the no-overlap layer under the same recipe, the reference
-    given the layer's weights and, under delayed scaling, REF_PRIME_ITERS passes of its own to reach the
-    same scaling state, at the FP8 tolerances of TE's own comm+GEMM overlap tests (RTOL_FP8, ATOL_FP8).
+  - numerics (stats.numerics): the overlapped layer and the no-overlap layer under the same recipe (given
+    the layer's weights and, under delayed scaling, REF_PRIME_ITERS passes of its own to reach the same
+    scaling state), both against the no-overlap layer in fp32.
   - TE's amax all-reduce (FP8GlobalStateManager.reduce_tensor_across_group_op_max, delayed scaling)
     runs inside ``record_function("tptune.fp8.amax_reduce")``, so a trace can tell it from TP
     communication (trace.classify AMAX_COMM).
@@ -67,17 +67,6 @@ from tptune.model.ops import parallel_kind, weight_shape
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
 
 KINDS = ("none", "nocomm", "ub")
-# TE's numerics check for bf16 comm+GEMM overlap (tests/pytorch/distributed/run_gemm_with_overlap.py):
-# at the element of largest absolute difference, fail if rel. error > RTOL *and* abs. error > ATOL.
-RTOL, ATOL = 0.02, 0.001
-# TE's numerics check for FP8 comm+GEMM overlap, the same criterion at the element of largest |diff|:
-# tests/pytorch/distributed/run_layer_with_overlap.py (layer vs. no-overlap layer): rtol 0.125 and
-# atol 0.0625 "if opts.fp8"; run_gemm_with_overlap.py: rtol 0.125, atol 0.0625 for any quantization
-# (NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b).
-RTOL_FP8, ATOL_FP8 = 0.125, 0.0625
-# run_layer_with_overlap.py's bf16 tolerances for whole layers (rtol 0.025, atol 0.00125 "if not
-# opts.fp8"): the block check (te_block) compares layers, not one GEMM.
-RTOL_LAYER, ATOL_LAYER = 0.025, 0.00125
 # FP8 delayed scaling: fwd+bwd passes the no-overlap reference runs before it is compared. A reference
 # given the layer's scaling state through load_state_dict (TE's pickled _extra_state) still quantized
 # differently on x2: every overlapped setting of an op, presets included, differed from it by the same
@@ -86,15 +75,6 @@ RTOL_LAYER, ATOL_LAYER = 0.025, 0.00125
 # passes give the reference the same amax history maxima (the first pass at the initial scale, the
 # second at the calibrated one); with TE's "max" over the history both then quantize alike.
 REF_PRIME_ITERS = 2
-# A whole block is not deterministic even without overlap: its attention backward (cuDNN fused attention)
-# accumulates with atomics, and FP8 quantization amplifies the jitter. On x2 (Llama-3-70B, 2 layers,
-# benchmarks/block_numerics_floor.py) two passes of one no-overlap block differed in the input gradient
-# by up to 2 (bf16, rel 0.016), 3 (FP8 current, rel 0.34) and 2.1 (FP8 delayed, rel 0.15) of a largest
-# |gradient| of 214-245, with identical outputs; ub.te differed from no overlap by the same amounts. TE's
-# own layer tests compare single deterministic layers. So the block check also runs the reference twice:
-# a tensor fails only when it fails TE's criterion *and* its largest |diff| exceeds FLOOR_FACTOR times
-# the reference's own pass-to-pass |diff| (zero for a deterministic tensor, so there TE's rule stands).
-FLOOR_FACTOR = 2.0
 
 
 def prime_reference(mc: ModelConfig, run_ref, x: torch.Tensor, grad_out: torch.Tensor, params) -> None:
@@ -277,45 +257,6 @@ def finite_result(test: dict, ctx: RankContext, checked: str) -> dict:
     return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": checked, "tensors": sorted(test)}
 
 
-def _worst_errs(test: dict, ref: dict, ctx: RankContext) -> tuple[dict, dict]:
-    """TE's measure per tensor (largest |diff|, relative error there), worst over ranks."""
-    names = sorted(test)
-    errs = torch.tensor([v for n in names for v in _max_err(test[n], ref[n])], device=ctx.device,
-                        dtype=torch.float64)
-    dist.all_reduce(errs, op=dist.ReduceOp.MAX, group=ctx.group)
-    errs = errs.tolist()
-    return {n: errs[2 * i] for i, n in enumerate(names)}, {n: errs[2 * i + 1] for i, n in enumerate(names)}
-
-
-def reference_result(test: dict, ref: dict, ctx: RankContext, *, rtol: float, atol: float, reference: str,
-                     recipe: str | None = None, source: str = "run_gemm_with_overlap", ref_again: dict | None = None) -> dict:
-    """TE's criterion, worst over ranks: at the element of largest |diff| of each tensor, fail when the
-    relative error > rtol and the absolute error > atol (bf16 or FP8 tolerances). ``ref_again``: a second
-    pass of the reference; then a tensor fails only when its |diff| also exceeds FLOOR_FACTOR times the
-    reference's own pass-to-pass |diff| (the block's nondeterminism floor)."""
-    names = sorted(test)
-    abs_e, rel_e = _worst_errs(test, ref, ctx)
-    failed = [n for n in names if rel_e[n] > rtol and abs_e[n] > atol]
-    floor = None
-    if ref_again is not None:
-        floor, floor_rel = _worst_errs({n: ref_again[n] for n in names}, ref, ctx)
-        failed = [n for n in failed if abs_e[n] > FLOOR_FACTOR * floor[n]]
-    if recipe is None:
-        criterion = f"TE {source}: fail if rel>rtol and abs>atol at the max |diff|"
-    else:
-        criterion = ("TE run_layer_with_overlap/run_gemm_with_overlap FP8 tolerances: fail if rel>rtol and abs>atol "
-                     "at the max |diff|; reference under the same recipe, primed to the same scaling state")
-    res = {"ok": not failed, "failed": failed, "reference": reference, "max_abs_err": abs_e, "max_rel_err": rel_e,
-           "rtol": rtol, "atol": atol}
-    if floor is not None:
-        res.update(floor_abs_err=floor, floor_rel_err=floor_rel, floor_factor=FLOOR_FACTOR)
-        criterion += f"; and abs > {FLOOR_FACTOR:g}x the reference's own pass-to-pass |diff|"
-    if recipe is not None:
-        res["recipe"] = recipe
-    res["criterion"] = criterion
-    return res
-
-
 def start_ub(bench) -> None:
     """initialize_ub for a bench (an op's layer or a block: te_settings, te_base, mc, tp, dtype, ub_cfgs,
     fp8), recording the bootstrap process groups it creates so release_ub can destroy them."""
@@ -407,15 +348,6 @@ class LocalCollectives:
             dist.all_gather_into_tensor, dist.reduce_scatter_tensor = saved
 
 
-def _max_err(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    """TE's measure: the largest absolute difference and the relative error at that element."""
-    diff = (test.float() - ref.float()).abs().flatten()
-    m = int(torch.argmax(diff))
-    abs_err = float(diff[m])
-    rel_err = abs_err / max(abs(float(ref.flatten()[m])), 1e-5)
-    return abs_err, rel_err
-
-
 class _TeBench:
     """What the op and block benches share: the FP8 recipe's context, backward of the last forward,
     gradients cleared."""
@@ -449,7 +381,6 @@ class TeOpBench(_TeBench):
         self.tp, self.rank = case.tp, ctx.rank
         self.dtype = TORCH_DTYPES[mc.workload.dtype]
         self.fp8 = mc.workload.is_fp8
-        self.rtol, self.atol = (RTOL_FP8, ATOL_FP8) if self.fp8 else (RTOL, ATOL)
         self.column = parallel_kind(case.op) == "column"
         # settings["shape"]: one of the op's shapes under its communicator config (worker.harness)
         self.k_in, self.n_out = tuple(settings.get("shape") or weight_shape(case.op, mc))
@@ -493,8 +424,9 @@ class TeOpBench(_TeBench):
             return
         ps.initialize_model_parallel(tensor_model_parallel_size=self.tp, create_gloo_process_groups=False)
 
-    def _config(self, overlap: bool):
+    def _config(self, overlap: bool, dtype: torch.dtype | None = None):
         m = self.mc.model
+        dtype = dtype or self.dtype
         switches = {"tp_comm_overlap": False}
         if overlap:  # as Megatron would build this op's layer from the emitted switches
             from tptune.te.megatron_flags import op_switches
@@ -505,13 +437,13 @@ class TeOpBench(_TeBench):
             kv_channels=m.kv_channels, gated_linear_unit=m.gated_mlp, add_bias_linear=False,
             normalization="RMSNorm", layernorm_epsilon=LAYERNORM_EPS,
             tensor_model_parallel_size=self.tp, sequence_parallel=self.tp > 1, **switches,
-            params_dtype=self.dtype, bf16=self.dtype == torch.bfloat16, fp16=self.dtype == torch.float16,
+            params_dtype=dtype, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
             perform_initialization=False,  # weights are set from a fixed seed in _init_params
         )
 
-    def _tp_layer(self, overlap: bool):
+    def _tp_layer(self, overlap: bool, dtype: torch.dtype | None = None):
         """The op's layer as Megatron's GPT layer builds it (attention.py / mlp.py)."""
-        cfg = self._config(overlap)
+        cfg = self._config(overlap, dtype)
         init = cfg.init_method
         if self.column:
             return self.mcore_te.TELayerNormColumnParallelLinear(
@@ -584,11 +516,13 @@ class TeOpBench(_TeBench):
 
     # -- correctness --------------------------------------------------------------------------------
     def correctness(self) -> dict:
-        """ub: output and gradients against a no-overlap layer (tp_comm_overlap=False) with the same
-        weights, input and grad_out, by TE's criterion (bf16 or FP8 tolerances); worst over ranks.
-        FP8 delayed scaling: the reference builds its scaling state from REF_PRIME_ITERS passes on the
-        same input (the layer's came from its warm-up and timed iterations), so both quantize alike.
-        none/nocomm: finite."""
+        """ub: output and gradients against the no-overlap layer in fp32 (stats.numerics), beside the
+        same-precision no-overlap layer's (tp_comm_overlap=False), all with the same weights, input and
+        grad_out; worst over ranks. FP8 delayed scaling: the same-precision reference builds its scaling
+        state from REF_PRIME_ITERS passes on the same input (the layer's came from its warm-up and timed
+        iterations), so both quantize alike. none/nocomm: finite."""
+        from tptune.measure.worker import numerics
+
         self.zero_grad()
         ref_layer = self._reference_layer() if self.kind == "ub" else None
         if ref_layer is not None:
@@ -602,21 +536,28 @@ class TeOpBench(_TeBench):
         del out
         if self.kind != "ub":
             return finite_result(test, self.ctx, "finite output and gradients")
-        x_ref = self.x.detach().clone().requires_grad_(True)
-        out_ref = self._autocast_run(x_ref, ref_layer)
-        out_ref.backward(self.grad_out)
-        ref = {"output": out_ref.detach(), "input": x_ref.grad,
-               **{k: p.grad for k, p in self._params(ref_layer).items()}}
-        del ref_layer, out_ref, x_ref
-        res = reference_result(test, ref, self.ctx, rtol=self.rtol, atol=self.atol,
-                               reference="same layer with tp_comm_overlap=False",
-                               recipe=self.mc.workload.recipe if self.fp8 else None)
+        same = self._reference_tensors(ref_layer, autocast=True)
+        precision = "fp8" if self.fp8 else numerics.TORCH_PRECISION[self.dtype]
+        hp_dtype = numerics.higher_dtype(precision)
+        hp = self._reference_tensors(self._reference_layer(hp_dtype), dtype=hp_dtype, autocast=False)
+        del ref_layer
+        base = numerics.errors(same, hp, self.ctx.group, self.ctx.device)
+        res = numerics.verdict(test, base, hp, self.ctx.group, self.ctx.device, precision,
+                               reference=f"the same layer with tp_comm_overlap=False in {numerics.HIGHER[precision]}")
         self.ctx.sync()
         return res
 
-    def _reference_layer(self):
-        """The no-overlap layer with this layer's weights (FP8 scaling state: REF_PRIME_ITERS)."""
-        ref_layer = self._tp_layer(overlap=False)
+    def _reference_tensors(self, layer, *, dtype: torch.dtype | None = None, autocast: bool) -> dict:
+        """Output, input gradient and weight gradients of a no-overlap ``layer`` on this bench's data."""
+        x_ref = self.x.detach().to(dtype or self.x.dtype).requires_grad_(True)
+        out_ref = self._autocast_run(x_ref, layer) if autocast else self._run(x_ref, layer)
+        out_ref.backward(self.grad_out.to(dtype or self.grad_out.dtype))
+        return {"output": out_ref.detach(), "input": x_ref.grad,
+                **{k: p.grad for k, p in self._params(layer).items()}}
+
+    def _reference_layer(self, dtype: torch.dtype | None = None):
+        """The no-overlap layer with this layer's weights, in ``dtype`` (default: the measured one)."""
+        ref_layer = self._tp_layer(overlap=False, dtype=dtype)
         with torch.no_grad():
             ref_params = self._params(ref_layer)
             for k, p in self._params().items():
