@@ -110,3 +110,29 @@ def test_a_tp_whose_every_overlapped_block_setting_failed_gets_no_files(tmp_path
     assert files["default"] is None
     assert not list(run.glob("tp_comm_overlap_cfg*.yaml")) and not list(run.glob("megatron_flags*.txt"))
     assert "no overlapped setting passed" in files["sets"]["2"]["why"]
+
+
+def test_without_a_block_mixed_dgrad_choices_are_restricted_to_one_switch_set_and_marked_unproven(tmp_path):
+    """Issue 33's corrupting case: qkv chose bulk dgrad, fc1 a reduce-scatter dgrad, and no block proved
+    the combination. One tp_comm_overlap_rs_dgrad cannot serve both, so decide writes the per-op choices
+    within one dgrad mode (the likelier by the ops' estimates), checked, marked UNPROVEN in the file."""
+    from tptune.decide.files import te_sets
+    from tptune.decide.points import recorded_points
+    from tptune.settings.resolve import resolve
+
+    cfg = json.loads((KNOBS / "config.json").read_text())
+    cfg.pop("_source", None), cfg.pop("_base_dir", None)
+    cfg["layer"]["enabled"] = False
+    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    points = {op: recorded_points(KNOBS, op, [2]) for op in OPS}
+    # the search result of a run whose qkv reduce-scatter dgrad failed: qkv's best is a bulk setting
+    qkv = points["qkv"][2]
+    qkv["candidates"] = {c: p for c, p in qkv["candidates"].items() if "dgrad.ring" not in c}
+    meta = {"model": "llama3-70b", "workload": {"seq_length": 8192}, "model_tp": 2}
+    sets = te_sets(s, tmp_path, points, {}, [2], meta)
+    rec = sets["2"]
+    assert rec["status"] == "unproven" and "restricted to the bulk dgrad combination" in rec["why"], rec["why"]
+    ub = yaml.safe_load((tmp_path / "tp_comm_overlap_cfg.tp2.yaml").read_text())
+    assert mf.op_mode("fc1", op_entries(ub, "fc1")) == mf.op_mode("qkv", op_entries(ub, "qkv")) == "bulk"
+    assert check_pair(ub, switches_from_overrides(tmp_path / "transformer_config_overrides.tp2.yaml")).ok
+    assert "# UNPROVEN" in (tmp_path / "tp_comm_overlap_cfg.tp2.yaml").read_text()

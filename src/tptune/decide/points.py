@@ -223,15 +223,17 @@ def ub_cfgs_at(s: Settings, points_by_op: dict, tp: int, floor: float,
             # Megatron overlaps every GEMM of the layer once tp_comm_overlap is on: an op whose fastest
             # setting is no overlap still needs a userbuffers entry, its fastest measured one.
             ub_best = pick_best(list(pts[tp]["candidates"].values()), floor)[0]
-            if ub_best is not None and point_median(ub_best) != float("inf"):
-                notes.append(f"{op}: fastest at TP={tp} is {best['case']}; Megatron overlaps every GEMM once "
-                             f"overlap is on, so its fastest userbuffers setting is written: {ub_best['case']}")
-                best, case = ub_best, parse_case_id(ub_best["case"])
-        if case.variant.kind == "ub":
-            per_op[op] = ubcfg.case_ub_cfgs(case, workload=wl)
-            notes.append(f"{op}: {best['case']} ({point_median(best):.3f} ms fwd+bwd)")
-        else:
-            notes.append(f"{op}: fastest at TP={tp} is {best['case']}: TE defaults written")
+            if ub_best is None or point_median(ub_best) == float("inf"):
+                notes.append(f"{op}: fastest at TP={tp} is {best['case']} and no userbuffers setting of it was "
+                             f"measured: TE defaults written")
+                continue
+            per_op[op] = ubcfg.case_ub_cfgs(parse_case_id(ub_best["case"]), workload=wl)
+            notes.append(f"{op}: fastest at TP={tp} is {best['case']}; Megatron overlaps every GEMM once overlap "
+                         f"is on, so its fastest userbuffers setting is written: {ub_best['case']} "
+                         f"({point_median(ub_best):.3f} ms fwd+bwd)")
+            continue
+        per_op[op] = ubcfg.case_ub_cfgs(case, workload=wl)
+        notes.append(f"{op}: {best['case']} ({point_median(best):.3f} ms fwd+bwd)")
     if s.backend != "te":
         notes.append(f"{s.backend} backend run: no TE userbuffers were measured; entries are TE's defaults")
     return ubcfg.compose_ub_cfgs(per_op, workload=wl), notes
