@@ -213,11 +213,24 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         winner = min(beaten_by, key=lambda r: r["median_ms"])["case"]
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
     else:
-        winner, reason = tuned_id, "no reference beats the tuned combination on the block beyond the noise"
+        winner, reason = tuned_id, _unbeaten(rows, tuned_id)
     num_layers = int((s.config.get("layer") or {}).get("num_layers", 2))
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
             "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
             "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
+
+
+def _unbeaten(rows: list[dict], tuned_id: str) -> str:
+    """The verdict where nothing beat the tuned combination, naming what was not compared: a setting that
+    failed on the block beat nothing and lost to nothing."""
+    failed = [r["case"] for r in rows if r["case"] != tuned_id and not r["median_ms"]]
+    if not failed:
+        return "no reference beats the tuned combination on the block beyond the noise"
+    if len(failed) == len(rows) - 1:
+        return (f"nothing was compared on the block: {', '.join(failed)} failed, so the tuned combination "
+                "was measured alone and is unproven; the file holds the per-op choices")
+    return (f"no measured setting beats the tuned combination on the block beyond the noise; not compared "
+            f"({', '.join(failed)} failed)")
 
 
 def _iv(r: dict) -> str:
