@@ -184,3 +184,156 @@ def test_a_full_disk_says_so_on_the_console(tmp_path):
             json.loads(f.read_text())
     finally:
         subprocess.run(["umount", str(tmp_path / "outputs")])
+
+
+def _profile(tmp_path, name, faults=None, **launcher):
+    cfg = base_config(tmp_path / "pool", faults=faults or {}, launcher=launcher)
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    return [*TPTUNE, "profile", "--config", f"{name}.yaml", "--case", "qkv-tp2-none", "--out", f"{name}/run.json"]
+
+
+def _group_in_flight(pool, timeout=120):
+    """The registry entry of the worker group once it has had a case for a moment."""
+    import time
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        entries = list(pool.rglob("srv-*.json"))
+        if entries and entries[0].with_suffix(".sock").exists():
+            time.sleep(3)      # the request is sent at once; the injected hang follows the model's parse
+            return json.loads(entries[0].read_text())
+        time.sleep(0.2)
+    raise AssertionError("no worker group started")
+
+
+def _alive(pid):
+    import os
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "SIGKILL"])
+def test_an_interrupted_client_takes_its_worker_group_with_it(tmp_path, how):
+    """2. Before: after SIGTERM (or Ctrl-C) of a measuring command the worker group went on computing the
+    abandoned case with the pool lock released; the next case queued behind it, timed out after
+    case_timeout_s, and was recorded as a non-transient hang. Now the group is gone when the client is
+    (SIGTERM, SIGINT: before its locks are released; SIGKILL: the group sees its client's connection close)
+    and the next case is measured."""
+    import signal
+    import time
+    (tmp_path / "pool").mkdir()
+    first = subprocess.Popen(_profile(tmp_path, "hang", {"qkv-tp2-none": "hang:0"}, case_timeout_s=300),
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        group = _group_in_flight(tmp_path / "pool")
+        first.send_signal(getattr(signal, how))
+        _, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    if how != "SIGKILL":
+        assert first.returncode == 128 + getattr(signal, how), err[-2000:]
+        assert "tptune profile: interrupted" in err and "Traceback" not in err, err[-2000:]
+        assert not _alive(group["pid"]), "the worker group outlived its client"
+    deadline = time.time() + 15
+    while _alive(group["pid"]) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _alive(group["pid"]), "the worker group outlived its client"
+    second = subprocess.run(_profile(tmp_path, "next", case_timeout_s=30), cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    run = json.loads((tmp_path / "next/run.json").read_text())
+    assert run["status"] == "ok", run.get("error")
+    assert all(a["status"] == "ok" for a in run["attempts"]), run["attempts"]
+
+
+ROGUE = """
+import socket, sys, time
+from tptune.cases import parse_case_id
+from tptune.measure.launch import Launcher
+from tptune.measure.worker.wire import send_json
+from tptune.settings.resolve import load_run_config, resolve
+cfg, source, base = load_run_config([sys.argv[1]])
+s = resolve(cfg, source=source, base_dir=base, check_hardware=False)
+case = parse_case_id("qkv-tp2-none")
+ops = dict(s.op_settings("qkv"))
+settings = Launcher(s.launcher_settings())._settings_for(case, ops, {case.id: "hang:0"}, False, False)
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(sys.argv[2])
+send_json(conn, {"case": case.id, "out_dir": sys.argv[3], "model": s.model.to_dict(), "settings": settings})
+print("sent", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_case_never_waits_behind_a_group_computing_for_nobody(tmp_path):
+    """2. A group computing a case for a client that holds no pool lock (an orphan's case: a killed
+    client's, or a process that reached the socket on its own) is ended by the next client that holds
+    those GPUs, which then measures. Before: the next case queued behind it and was recorded as a
+    non-transient hang after case_timeout_s."""
+    (tmp_path / "pool").mkdir()
+    warm = subprocess.run(_profile(tmp_path, "warm", idle_timeout_s=120), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert warm.returncode == 0, warm.stderr[-2000:]
+    entry = next((tmp_path / "pool").rglob("srv-*.json"))
+    group = json.loads(entry.read_text())
+    rogue = subprocess.Popen([sys.executable, "-c", ROGUE, "warm.yaml", str(entry.with_suffix(".sock")),
+                              str(tmp_path / "rogue")], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert rogue.stdout.readline().strip() == "sent"
+        import time
+        time.sleep(3)
+        assert _alive(group["pid"])
+        nxt = subprocess.run(_profile(tmp_path, "next", case_timeout_s=30), cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)
+    finally:
+        rogue.kill()
+        rogue.wait()
+    assert nxt.returncode == 0, nxt.stderr[-2000:]
+    run = json.loads((tmp_path / "next/run.json").read_text())
+    assert run["status"] == "ok", run.get("error")
+    assert all(a["status"] == "ok" for a in run["attempts"]), run["attempts"]
+    assert run["attempts"][0]["ended_orphans"] == ["-".join(group["gpus"])]
+    assert not _alive(group["pid"])
+
+
+def test_ctrl_c_of_a_workflow_does_not_poison_the_next_run(tmp_path):
+    """2. Ctrl-C (SIGINT to the workflow's process group, as a terminal sends it) while a TP point's case
+    hangs: the worker group goes with the run, and the next run measures that session in full. Before:
+    the group went on with the abandoned case, the next run's case queued behind it and was recorded as
+    a hang after case_timeout_s."""
+    import os
+    import signal
+    import time
+    run = _workflow(tmp_path, "ctrlc", layer={"enabled": False}, faults={"qkv-tp2-chunked.n2": "hang:0"},
+                    launcher={"case_timeout_s": 300})
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "run.yaml"],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not (run / "sessions/qkv/tp2/point/none/trace.rank0.json.gz").exists():
+            time.sleep(0.5)          # the point's first member measured: the hanging one is next
+        time.sleep(5)
+        group = json.loads(next((tmp_path / "pool").rglob("srv-*.json")).read_text())
+        os.killpg(first.pid, signal.SIGINT)
+        first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert first.returncode != 0
+    deadline = time.time() + 15
+    while _alive(group["pid"]) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _alive(group["pid"]), "the worker group outlived the run"
+    cfg = yaml.safe_load((tmp_path / "run.yaml").read_text())
+    cfg["faults"], cfg["launcher"]["case_timeout_s"] = {}, 30
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    p = smk(tmp_path, timeout=400)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+    sess = run / "sessions/qkv/tp2/point"
+    assert ok_runs(sess) == ["qkv-tp2-chunked.n2", "qkv-tp2-nocomm", "qkv-tp2-none"]
+    for rj in sess.glob("*/run.json"):
+        assert all(a["status"] == "ok" for a in json.loads(rj.read_text())["attempts"]), rj

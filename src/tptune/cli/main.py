@@ -5,6 +5,7 @@ import argparse
 import errno
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -579,6 +580,7 @@ def main(argv=None) -> int:
     read), a closed pipe (``tptune analyze ... | head``) or Ctrl-C ends with one line, never a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cmd = f"tptune {argv[0]}" if argv and not argv[0].startswith("-") else "tptune"
+    _interrupt_on_signals()
     try:
         return _dispatch(argv)
     except TptuneError as exc:
@@ -592,9 +594,11 @@ def main(argv=None) -> int:
         except OSError:
             pass
         return 141     # as a shell reports a process ended by SIGPIPE
-    except KeyboardInterrupt:
-        print(f"{cmd}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
+        _say(f"{cmd}: interrupted ({signal.Signals(signum).name}): the case in flight was stopped with its "
+             "worker group; what was recorded before is kept")
+        return 128 + signum
     except OSError as exc:
         if exc.errno is None:
             raise
@@ -603,6 +607,17 @@ def main(argv=None) -> int:
         _say(f"{cmd}: {where}{exc.strerror or exc}" + (" (the disk is full: free space and run again; what was "
                                                        "written before is kept)" if full else ""))
         return 2
+
+
+def _interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP end a command as Ctrl-C does, by KeyboardInterrupt, so that a measuring command
+    ends its worker group before its GPUs' locks are released (measure.launch) instead of dying at once
+    and leaving the group computing an abandoned case."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
 
 
 CONSOLE_FD = 3   # the workflow's jobs open it on Snakemake's own stderr (Snakefile: shell.prefix)
