@@ -53,6 +53,8 @@ def test_every_overlapped_setting_failing_stops_the_tp_chain(tmp_path):
     assert not (run / "search/qkv/tp4").exists()
     head = (run / "report.md").read_text().split("## Answer", 1)[0]
     assert "**Run failed — qkv TP=2 TP point: none of its" in head and "overlapped settings was measured" in head
+    # the model-level rule judged nothing either (before: the summed no overlap against itself)
+    assert "overlap rule at TP 2: no overlapped setting was measured: nothing to judge" in (run / "report.md").read_text()
     decisions = json.loads((run / "decisions.json").read_text())
     assert "nothing was compared at TP=2" in decisions["ops"]["qkv"]["config"]["note"]
     assert ok_runs(run / "sessions/qkv/tp2/point") == ["qkv-tp2-nocomm", "qkv-tp2-none"]

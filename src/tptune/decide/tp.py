@@ -112,6 +112,8 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
     chosen, total = [], 0.0
     for pts in points_by_op.values():
         p = pts[tp]
+        if which == "fastest" and unmeasured(p):   # no overlapped setting: the sum has none to judge
+            return make_point(f"all-tp{tp}-{which}", status="failed")
         fastest = best_at(p, floor)[0]
         q = fastest if which == "fastest" else p.get(which)
         t = point_median(q)
