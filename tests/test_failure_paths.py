@@ -259,6 +259,29 @@ def test_an_interrupted_client_takes_its_worker_group_with_it(tmp_path, how):
     assert all(a["status"] == "ok" for a in run["attempts"]), run["attempts"]
 
 
+def test_sigterm_of_tptune_verify_takes_its_worker_group_with_it(tmp_path):
+    """2. tptune verify (its own command line, no faults: a block long enough to be in flight) on SIGTERM
+    ends with one line and exit 143, its worker group gone. Before: it died at once (-15) and the
+    group went on computing the abandoned block."""
+    import signal
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump({"launcher": {"pool_dir": str(tmp_path / "pool"),
+                                                                     "idle_timeout_s": 5}}))
+    (tmp_path / "cfg.yaml").write_text("qkv_fprop: {method: ring_exchange}\n")
+    p = subprocess.Popen([*TPTUNE, "verify", "--model", str(ROOT / "config/models/tiny.yaml"), "--tp", "2",
+                          "--cfg", "cfg.yaml", "--config", "pool.yaml", "--seq-length", "8192",
+                          "--work-dir", "work"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        group = _group_in_flight(tmp_path / "pool")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 143 and "tptune verify: interrupted (SIGTERM)" in err and "Traceback" not in err, err
+    assert not _alive(group["pid"]), "the worker group outlived tptune verify"
+
+
 ROGUE = """
 import socket, sys, time
 from tptune.cases import parse_case_id
