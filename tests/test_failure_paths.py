@@ -371,3 +371,40 @@ def test_ctrl_c_of_a_workflow_does_not_poison_the_next_run(tmp_path):
     assert ok_runs(sess) == ["qkv-tp2-chunked.n2", "qkv-tp2-nocomm", "qkv-tp2-none"]
     for rj in sess.glob("*/run.json"):
         assert all(a["status"] == "ok" for a in json.loads(rj.read_text())["attempts"]), rj
+
+
+def test_a_timeout_beside_another_group_on_its_cores_is_retried_not_a_hang(tmp_path):
+    """2. Our case times out while another group computes on one of its cores (a one-core group of TP 2,
+    fed by a process holding no pool lock, from the moment our case started): that attempt is "contended", transient, and retried (the other
+    group ended first); only the retry, alone on its cores, is recorded as the hang. Before: the first
+    timeout was a non-transient hang, never retried."""
+    import time
+    (tmp_path / "pool").mkdir()
+    if not shutil.which("taskset"):
+        pytest.skip("taskset is needed to start a group on one core")
+    # a client allowed one core starts its TP 2 group on that core alone (pool ids: the cores it may use)
+    one = subprocess.run(["taskset", "-c", "0", *_profile(tmp_path, "one", idle_timeout_s=120)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-2000:]
+    other = next((tmp_path / "pool").rglob("srv-0.json"))
+    ours = subprocess.Popen(_profile(tmp_path, "ours", {"qkv-tp2-none": "hang:0"}, case_timeout_s=10, retries=1), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    rogue = None
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not other.with_name("srv-0-1.sock").exists():
+            time.sleep(0.1)
+        rogue = subprocess.Popen([sys.executable, "-c", ROGUE, "one.yaml", str(other.with_suffix(".sock")),
+                                  str(tmp_path / "rogue")], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        assert rogue.stdout.readline().strip() == "sent"
+        ours.communicate(timeout=300)
+    finally:
+        ours.kill()
+        if rogue:
+            rogue.kill()
+            rogue.wait()
+    run = json.loads((tmp_path / "ours/run.json").read_text())
+    kinds = [(a["error"]["kind"], a["error"]["transient"]) for a in run["attempts"]]
+    assert kinds == [("contended", True), ("timeout", False)], run["attempts"]
+    assert "srv" not in run["attempts"][0]["error"]["message"] and "0 computed on its GPUs" in \
+        run["attempts"][0]["error"]["message"]
