@@ -9,6 +9,11 @@ min_version("9.21")
 configfile: "config/config.yaml"
 
 
+# Snakemake's default prefix, and fd 3 on Snakemake's own stderr: a job whose log cannot be written (a full
+# disk) still says why on the console (tptune.cli.main._say).
+shell.prefix("set -euo pipefail; exec 3>&2; ")
+
+
 # Bookkeeping runs where snakemake runs (under Slurm: the submitting host), never as a cluster job;
 # only measurement and trace analysis are submitted.
 localrules:

@@ -177,6 +177,10 @@ def tp_chain(op):
         rec = _read(f)
         if rec["next"] is None:
             return visited, f
+        if not isinstance(rec["next"], int) or rec["next"] <= tp:
+            # a chain that does not climb would be walked forever inside Snakemake's DAG update
+            raise WorkflowError(f"{f}: 'next' is {rec['next']!r}, not a TP above {tp}: the TP decision of "
+                                f"{op} cannot go on; re-derive it (snakemake -R {f})")
         tp = rec["next"]
 
 

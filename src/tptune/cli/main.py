@@ -4,8 +4,10 @@ these commands check its inputs, read its outputs and check config files, and ar
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -29,7 +31,8 @@ def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_
         raise TptuneError(f"{', '.join(map(str, paths))}: expected a run's outputs/<run>/config.json (the workflow "
                           "writes it; this step reads the run folder beside it)" + _what_is(paths[0]))
     cfg, source, base_dir = load_run_config(paths)
-    if not (Path(base_dir) / cfg.get("model", "")).exists() and (Path.cwd() / cfg.get("model", "")).exists():
+    model = cfg.get("model")
+    if isinstance(model, str) and not (Path(base_dir) / model).exists() and (Path.cwd() / model).exists():
         base_dir = "."  # outputs copied from another machine: resolve the model from here
     s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware, node_tps=node_tps)
     if not (calibrated and s.window_auto):
@@ -404,7 +407,7 @@ def cmd_check_run(a) -> int:
     run_dir = check_run_dir(Path(a.run_dir))
     stages = run_failures(run_dir)["stages"]
     for st in stages:
-        print(f"tptune: {st['stage']} failed: none of its {st['members']} settings was measured ({st['reason']})",
+        print(f"tptune: {st['stage']} failed: {st['headline']} ({st['reason']})",
               file=sys.stderr)
     if stages:
         print(f"tptune: {run_dir}/report.md says so at its top; fix the cause, then re-measure with "
@@ -607,10 +610,11 @@ def main(argv=None) -> int:
     read), a closed pipe (``tptune analyze ... | head``) or Ctrl-C ends with one line, never a traceback."""
     argv = list(sys.argv[1:] if argv is None else argv)
     cmd = f"tptune {argv[0]}" if argv and not argv[0].startswith("-") else "tptune"
+    _interrupt_on_signals()
     try:
         return _dispatch(argv)
     except TptuneError as exc:
-        print(f"tptune: {exc}", file=sys.stderr)
+        _say(f"tptune: {exc}")
         return 2
     except BrokenPipeError:
         # the reader went away (head, less): stop quietly; point stdout at /dev/null so that Python's
@@ -620,14 +624,47 @@ def main(argv=None) -> int:
         except OSError:
             pass
         return 141     # as a shell reports a process ended by SIGPIPE
-    except KeyboardInterrupt:
-        print(f"{cmd}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
+        _say(f"{cmd}: interrupted ({signal.Signals(signum).name}): the case in flight was stopped with its "
+             "worker group; what was recorded before is kept")
+        return 128 + signum
     except OSError as exc:
-        if exc.filename is None:
+        if exc.errno is None:
             raise
-        print(f"{cmd}: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename else ""
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        _say(f"{cmd}: {where}{exc.strerror or exc}" + (" (the disk is full: free space and run again; what was "
+                                                       "written before is kept)" if full else ""))
         return 2
+
+
+def _interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP end a command as Ctrl-C does, by KeyboardInterrupt, so that a measuring command
+    ends its worker group before its GPUs' locks are released (measure.launch) instead of dying at once
+    and leaving the group computing an abandoned case."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+
+
+CONSOLE_FD = 3   # the workflow's jobs open it on Snakemake's own stderr (Snakefile: shell.prefix)
+
+
+def _say(line: str) -> None:
+    """One line to stderr; where that fails (the job's log is on the full disk), to the console fd the
+    workflow's jobs hold, so the line is not lost with the log."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+        return
+    except OSError:
+        pass
+    try:
+        os.write(CONSOLE_FD, (line + "\n").encode())
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

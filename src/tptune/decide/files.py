@@ -81,9 +81,10 @@ def _block_choice(rec: dict | None, presets: Path) -> tuple[dict | None, str, st
     row = next((r for r in rec.get("settings") or [] if r["case"] == win), {})
     case = parse_case_id(win)
     ub = ubcfg.load_preset(case.variant.preset, [presets])
-    status = "proven" if row.get("correct") is True else "unproven"
-    why = (f"block-level winner at TP {rec['tp']} ({rec['num_layers']} layers): {case.variant_id}: {rec['reason']}"
-           + ("" if status == "proven" else "; its numerics were not checked"))
+    status = "proven" if row.get("correct") is True and rec.get("compared", True) else "unproven"
+    why = f"block-level winner at TP {rec['tp']} ({rec['num_layers']} layers): {case.variant_id}: {rec['reason']}"
+    if row.get("correct") is not True:
+        why += "; its numerics were not checked"
     return ub, status, why, [why]
 
 
@@ -154,7 +155,7 @@ def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int]
                            "why": f"no overlapped setting passed on the block: {rec.get('reason')}"}
             continue
         else:
-            status = "proven" if win_row.get("correct") is True else "unproven"
+            status = "proven" if win_row.get("correct") is True and rec.get("compared", True) else "unproven"
             why = f"block-level winner at TP {t}: {win_row['variant']}: {rec['reason']}"
         files = names("torch", t)
         emit.write_chunked_cfg(run_dir / files["chunked_cfg"], shape_map, notes + [f"{status}: {why}"])

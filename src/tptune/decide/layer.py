@@ -205,7 +205,7 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         numerics_failed = winner is None and tuned_row["correct"] is False
         reason = (f"the tuned combination {why}: the file holds the fastest setting that passed, {winner}"
                   if winner else f"the tuned combination {why} and no other overlapped setting passed on the "
-                  "block: the file holds the per-op choices, unproven (see the numerics column)")
+                  "block: no file is written for this TP (see the numerics column)")
     elif finalist and not beaten_by:
         winner = finalist[0]["case"]
         reason = (f"the finalists' combination {winner} is faster than the tuned combination on the block beyond "
@@ -215,11 +215,13 @@ def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
         winner = min(beaten_by, key=lambda r: r["median_ms"])["case"]
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
     else:
-        winner, reason = tuned_id, "no reference beats the tuned combination on the block beyond the noise"
+        winner, reason = tuned_id, _unbeaten(rows, tuned_id)
     num_layers = int((s.config.get("layer") or {}).get("num_layers", 2))
+    compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id)
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
             "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
-            "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "settings": rows}
+            "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "compared": compared,
+            "settings": rows}
 
 
 def numerics_row(res: dict | None) -> dict | None:
@@ -236,6 +238,19 @@ def numerics_row(res: dict | None) -> dict | None:
     return {"ok": res["ok"], "failed": res["failed"], "why": describe_failure(res) or None,
             "reference": res.get("reference_block"), "summary": res["summary"],
             "factor_l2": res["factor_l2"], "factor_max": res["factor_max"]}
+
+
+def _unbeaten(rows: list[dict], tuned_id: str) -> str:
+    """The verdict where nothing beat the tuned combination, naming what was not compared: a setting that
+    failed on the block beat nothing and lost to nothing."""
+    failed = [r["case"] for r in rows if r["case"] != tuned_id and not r["median_ms"]]
+    if not failed:
+        return "no reference beats the tuned combination on the block beyond the noise"
+    if len(failed) == len(rows) - 1:
+        return (f"nothing was compared on the block: {', '.join(failed)} failed, so the tuned combination "
+                "was measured alone and is unproven; the file holds the per-op choices")
+    return (f"no measured setting beats the tuned combination on the block beyond the noise; not compared "
+            f"({', '.join(failed)} failed)")
 
 
 def _iv(r: dict) -> str:

@@ -50,7 +50,36 @@ def apply_floor(chosen: int, floor: dict, what: str) -> tuple[int, dict | None]:
                 "measured": ft in floor.get("measured_tps", [ft])}
 
 
+def unmeasured(point: dict | None) -> str | None:
+    """Why a TP point has nothing to judge (no overlapped setting measured), or None when it has."""
+    if point is None:
+        return "no TP point recorded"
+    if point.get("fastest_overlapped", point.get("best")) is not None:
+        return None
+    errors = sorted({f"{c}: {((p or {}).get('error') or {}).get('kind', 'failed')}"
+                     for c, p in (point.get("candidates") or {}).items()})
+    return (f"none of its {len(errors)} overlapped settings was measured ({'; '.join(errors)})" if errors
+            else "it had no overlapped setting to measure")
+
+
+def _stop_failed(s: Settings, op: str, tp: int, points: dict[int, dict], why: str) -> dict:
+    """The chain ends at a TP point with nothing measured: the TP rule over the TPs before it (no TP when
+    it is the first), and the failure named; the run ends non-zero (records.run_status)."""
+    before = {t: p for t, p in points.items() if t < tp}
+    chosen, evidence = 1, []
+    if before:
+        rules = dict(_tp_rules(s), allowed_tps=sorted(before))
+        chosen, evidence = tp_decision.tp_result(op, _tp_points(before), **rules)
+    failure = f"{op} TP={tp} TP point: {why}"
+    evidence.append({"rule": "measured", "op": op, "tp": tp, "passed": False, "reason": failure})
+    return {"op": op, "tp": tp, "next": None, "measured_tps": sorted(points), "failed": failure,
+            "rule_tp": chosen, "chosen_tp": chosen, "evidence": evidence}
+
+
 def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], run_dir: Path | None = None) -> dict:
+    why = unmeasured(points.get(tp))
+    if why is not None:
+        return _stop_failed(s, op, tp, points, why)
     measured = _tp_points(points)
     nxt = tp_decision.tp_next(op, measured, **_tp_rules(s))
     if s.config["decision"].get("explore_all_tps"):  # evidence runs: every TP, the rule decides after
@@ -61,6 +90,9 @@ def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], run_dir: Pat
     if nxt is None and ft and ft > max(points):  # measure up to the floor: the answer cannot be below it
         later = [t for t in s.tp_sizes if max(points) < t <= ft]
         nxt = later[0] if later else None
+    if nxt is not None and nxt <= tp:
+        from tptune.errors import TptuneError
+        raise TptuneError(f"{op} TP={tp}: the TP decision asks for TP={nxt} next, not above TP={tp}")
     rec = {"op": op, "tp": tp, "next": nxt, "measured_tps": sorted(points)}
     if nxt is None:
         chosen, evidence = tp_decision.tp_result(op, measured, **_tp_rules(s))
@@ -80,6 +112,8 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
     chosen, total = [], 0.0
     for pts in points_by_op.values():
         p = pts[tp]
+        if which == "fastest" and unmeasured(p):   # no overlapped setting: the sum has none to judge
+            return make_point(f"all-tp{tp}-{which}", status="failed")
         fastest = best_at(p, floor)[0]
         q = fastest if which == "fastest" else p.get(which)
         t = point_median(q)

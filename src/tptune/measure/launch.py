@@ -24,6 +24,7 @@ from tptune.model.spec import ModelConfig
 from tptune.records.files import take_lock, write_text_atomic
 from tptune.stats.spread import slowest_rank, stats
 from tptune.measure.worker.gpu_clock import clock_over_rounds, merge_ranks
+from tptune.measure.worker.lifeline import is_busy
 from tptune.measure.worker.wire import recv_json, send_json
 
 RUN_JSON = "run.json"
@@ -79,11 +80,7 @@ class WorkerGroup:
 
     def alive(self) -> bool:
         info = self.info()
-        if not info:
-            return False
-        try:
-            os.kill(info["pid"], 0)
-        except OSError:
+        if not info or not _pid_alive(info["pid"]):
             return False
         return info.get("sig") == self.sig and info.get("tp") == self.tp and self.socket.exists()
 
@@ -113,6 +110,10 @@ def _pid_alive(pid: int) -> bool:
     try:  # a zombie child of ours still "exists"
         return os.waitpid(pid, os.WNOHANG) == (0, 0)
     except ChildProcessError:
+        pass
+    try:  # so does one of a killed client's, where nothing reaps orphans (a container's init)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return True
 
 
@@ -123,6 +124,19 @@ def kill_group(pgid: int) -> None:
         except OSError:
             return
         time.sleep(0.5)
+
+
+def end_group(group: WorkerGroup, wait_s: float = 30.0) -> None:
+    """Kill a worker group and wait until it is gone: its agent ended (the ranks die with it,
+    worker.lifeline) and its rank 0 no longer computing (its busy lock free). Its registry entry goes."""
+    info = group.info()
+    if info:
+        kill_group(info["pgid"])
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and (_pid_alive(info["pid"]) or is_busy(group.socket)):
+            time.sleep(0.05)
+    group.entry.unlink(missing_ok=True)
+    group.socket.unlink(missing_ok=True)
 
 
 def _rank_errors(out_dir: Path) -> list[dict]:
@@ -207,9 +221,37 @@ class Launcher:
         return proc
 
     # -- one attempt --------------------------------------------------------------------------
+    def _busy_on(self, gpus: list[str], but: WorkerGroup | None = None) -> list[WorkerGroup]:
+        """Groups computing a case on any of ``gpus`` (their busy lock held), other than ``but``."""
+        out = []
+        for entry in self.pool_dir.glob("srv-*.json"):
+            other = entry.stem[4:].split("-")
+            if set(other) & set(gpus) and (but is None or other != but.gpus) and is_busy(entry.with_suffix(".sock")):
+                out.append(WorkerGroup(self.pool_dir, other, len(other), ""))
+        return out
+
+    def _end_orphans(self, gpus: list[str]) -> list[str]:
+        """End every group computing on our GPUs: we hold their locks, so nobody waits for its case (a
+        client killed while its case ran, or older code without the client watch). Returns their ids."""
+        ended = []
+        for g in self._busy_on(gpus):
+            end_group(g)
+            ended.append("-".join(g.gpus))
+        return ended
+
     def _attempt_on(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str]) -> dict:
-        lc = self.settings["launcher"]
         group = WorkerGroup(self.pool_dir, gpus, case.tp, self.sig)
+        try:
+            return self._attempt(case, mc, out_dir, settings, gpus, group)
+        except BaseException:
+            # interrupted (Ctrl-C, SIGTERM: cli.main): the group goes before the GPUs' locks do
+            end_group(group)
+            raise
+
+    def _attempt(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str],
+                 group: WorkerGroup) -> dict:
+        lc = self.settings["launcher"]
+        orphans = self._end_orphans(gpus)
         started = not group.alive()
         t0 = time.monotonic()
         proc = None
@@ -230,15 +272,28 @@ class Launcher:
         t_ready = time.monotonic()
         request = {"case": case.id, "out_dir": str(out_dir.resolve()), "model": mc.to_dict(),
                    "settings": settings}
-        reply = None
+        reply, accepted = None, False
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(lc["case_timeout_s"])
                 s.connect(str(group.socket))
                 send_json(s, request)
                 reply = recv_json(s)
+                if reply is not None and "accepted" in reply:   # the group started our case
+                    accepted = True
+                    s.settimeout(max(0.1, lc["case_timeout_s"] - (time.monotonic() - t_ready)))
+                    reply = recv_json(s)
         except (socket.timeout, TimeoutError):
-            group.stop(grace=0.5)
+            others = self._busy_on(gpus, but=group)
+            end_group(group)
+            if not accepted or others:
+                # not a hang of this case: it waited behind another case, or shared its GPUs with another
+                # group's: transient, measured again
+                why = ("the worker group never started it (busy with another case)" if not accepted else
+                       f"worker group(s) {', '.join('-'.join(g.gpus) for g in others)} computed on its GPUs")
+                self._end_orphans(gpus)
+                return _failure("contended", True, f"no result within case_timeout_s={lc['case_timeout_s']}s: "
+                                f"{why}", gpus, started)
             return _failure("timeout", False, f"no result within case_timeout_s={lc['case_timeout_s']}s "
                             "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
         except OSError as exc:
@@ -270,7 +325,8 @@ class Launcher:
             return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
                             gpus, started)
         return {"status": "ok", "reply": reply, "gpus": gpus, "server_started": started,
-                "connect_s": t_ready - t0, "request_s": t_done - t_ready}
+                "connect_s": t_ready - t0, "request_s": t_done - t_ready,
+                **({"ended_orphans": orphans} if orphans else {})}
 
     def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
         return {"backend": self.settings["backend"], "timing": op_settings["timing"],

@@ -855,7 +855,13 @@ def load_model(path: str | Path, workload: dict | None = None) -> ModelConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(str(path), ["file not found (expected a model .yaml or Hugging Face config.json)"])
-    text = path.read_text()
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): "
+                                      "expected a model .yaml or Hugging Face config.json"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read it ({exc.strerror})"]) from None
     try:
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:

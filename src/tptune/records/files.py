@@ -11,8 +11,16 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        # a full disk fails the write, not the open: name the file (the old one stays as it was)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def take_lock(path: Path) -> tuple[IO | None, str]:

@@ -17,8 +17,12 @@ def start_run(run_dir: str | Path, config_json: str | Path, text: str) -> None:
 
     global _RUN_LOCK
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fh, holder = take_lock(run_dir / ".run.lock")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fh, holder = take_lock(run_dir / ".run.lock")
+    except OSError as exc:
+        raise TptuneError(f"{exc.filename or run_dir}: cannot write the run's folder ({exc.strerror}): nothing "
+                          "measured; give a writable outputs/ (or free space) and run again") from None
     if fh is None:
         raise TptuneError(f"{run_dir} is being run by another snakemake (pid {holder}): nothing written; wait for "
                           "it to end (or stop it) and run again")
@@ -28,4 +32,8 @@ def start_run(run_dir: str | Path, config_json: str | Path, text: str) -> None:
     except OSError:
         same = False
     if not same:
-        write_text_atomic(config_json, text)
+        try:
+            write_text_atomic(config_json, text)
+        except OSError as exc:
+            raise TptuneError(f"{exc.filename or config_json}: cannot write the run's config ({exc.strerror}): "
+                              "nothing measured; free space (or make it writable) and run again") from None

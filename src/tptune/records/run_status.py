@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tptune.cases import REFERENCE_KINDS, parse_case_id
 from tptune.errors import TptuneError
 
 
@@ -57,26 +58,60 @@ def run_failures(run_dir: Path) -> dict:
     for sj in session_jsons(run_dir):
         sess = json.loads(sj.read_text())
         rel = str(sj.parent.relative_to(run_dir / "sessions"))
-        ok = 0
+        ok_ids, failed_ids = [], []
         for cid, p in sess.get("runs", {}).items():
             try:
                 run = json.loads((sj.parent / p).read_text())
             except (OSError, ValueError):
                 members.append({"session": rel, "case": cid, "reason": "run.json missing or unreadable"})
+                failed_ids.append(cid)
                 continue
             if run.get("status") == "ok":
-                ok += 1
+                ok_ids.append(cid)
             else:
                 members.append({"session": rel, "case": cid, "reason": _reason(run.get("error"))})
+                failed_ids.append(cid)
             attempts = run.get("attempts") or []
             for i, a in enumerate(attempts[:-1]):
                 if a.get("status") != "ok":
                     retried.append({"session": rel, "case": cid, "attempt": i + 1, "reason": _reason(a.get("error"))})
-        if sess.get("members") and ok == 0:
-            reasons = sorted({m["reason"] for m in members if m["session"] == rel})
-            stages.append({"session": rel, "stage": stage_name(rel), "members": len(sess["members"]),
-                           "reason": "; ".join(reasons)[:600]})
+        reasons = "; ".join(sorted({m["reason"] for m in members if m["session"] == rel}))[:600]
+        headline = _uncompared(rel, sess, ok_ids, failed_ids)
+        if headline:
+            stages.append({"session": rel, "stage": stage_name(rel), "members": len(sess.get("members") or []),
+                           "headline": headline, "reason": reasons})
     return {"members": members, "retried": retried, "stages": stages}
+
+
+def _kind(case_id: str) -> str | None:
+    try:
+        return parse_case_id(case_id).variant.kind
+    except ValueError:
+        return None
+
+
+def _uncompared(rel: str, sess: dict, ok: list[str], failed: list[str]) -> str | None:
+    """Why a session compared nothing, or None when it compared something: no member measured; at a TP
+    point, no overlapped setting measured (the TP decision stops there, decide.tp.unmeasured) or a
+    reference failed (no overlap or the bound: the TP rule and the op's pick judge against them); on the
+    block, only the tuned combination measured (what it is judged against failed)."""
+    if not sess.get("members"):
+        return None
+    if not ok:
+        return f"none of its {len(sess['members'])} settings was measured"
+    if rel.endswith("/point"):
+        overlapped = [c for c in ok + failed if _kind(c) not in REFERENCE_KINDS]
+        if overlapped and not set(overlapped) & set(ok):
+            return f"none of its {len(overlapped)} overlapped settings was measured"
+        refs = [c for c in failed if _kind(c) in REFERENCE_KINDS]
+        if refs:
+            return f"nothing was compared against {' and '.join(refs)}, which failed"
+    if rel.startswith("layer/"):
+        always = set((sess.get("settings") or {}).get("always") or [])
+        if always and set(ok) <= always and failed:
+            return (f"nothing was compared: {', '.join(sorted(failed))} failed, and the tuned combination "
+                    "was measured alone")
+    return None
 
 
 def failed_outputs(run_dir: Path) -> list[Path]:

@@ -278,8 +278,8 @@ def plot_summary(rows: list[dict], png: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [r for r in rows if r["bars"]]
-    if not groups:
+    groups = [r for r in rows if any(b["ratio"] for b in r["bars"])]
+    if not groups:   # nothing compared to no overlap (it failed): no picture, the report says why
         return None
     colors = {"TE defaults": "#8c8c8c", "preset": "#4c72b0", "chosen": "#dd8452", "bound": "#55a868"}
     fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(groups), 3.6))

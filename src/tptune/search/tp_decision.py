@@ -64,6 +64,9 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
     if none == INF or nocomm == INF:
         return {**rec, "hidden_fraction": None, "passed": False,
                 "reason": "no-overlap or no-collective point failed: nothing to judge"}
+    if best == INF:
+        return {**rec, "hidden_fraction": None, "passed": False,
+                "reason": "no overlapped setting was measured: nothing to judge"}
     bound_vs_none = compare_points(at.nocomm, at.none, floor=floor, k=k, tie="b")
     if bound_vs_none.outcome > 0 or (bound_vs_none.outcome == 0 and bound_vs_none.resolved):
         return {**rec, "hidden_fraction": None, "passed": True,

@@ -127,6 +127,10 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
     for case_id in config.get("faults", {}):
         if not re.fullmatch(r"[a-z0-9]+-tp\d+-.+", case_id):
             problems.append(f"field 'faults.{case_id}': expected a case id <op>-tp<N>-<variant>")
+    if not isinstance(config.get("model"), str) or not config["model"].strip():
+        problems.append(f"field 'model' = {config.get('model')!r}: expected the path of one model file (a "
+                        "Megatron-style .yaml or a Hugging Face config.json)")
+        raise ConfigError(source, problems)
     model_path = Path(config["model"])
     if not model_path.is_absolute():
         model_path = Path(base_dir) / model_path
@@ -190,6 +194,9 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
     run = config.get("run") or f"{mc.model.name}-s{w.seq_length}-b{w.micro_batch_size}-{w.dtype}-{backend}"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", run):
         raise ConfigError(source, [f"field 'run' = {run!r}: use letters, digits, '.', '_' and '-' only"])
+    if run.startswith("."):   # "." is outputs/ itself, ".." the checkout: a run is a folder inside outputs/
+        raise ConfigError(source, [f"field 'run' = {run!r}: expected a folder name inside outputs/, not "
+                                   "starting with '.'"])
     return Settings(config=config, model=mc, backend=backend, device=device, run=run, ops_note=ops_note)
 
 

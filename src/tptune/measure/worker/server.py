@@ -47,6 +47,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--preload", choices=["te"], help="import the backend's libraries at start-up")
     args = ap.parse_args(argv)
+    from tptune.measure.worker.lifeline import Busy, die_with_parent, watch_client
+    die_with_parent()
     if args.preload == "te":  # ~8 s of imports: part of start-up, not of the first case's init
         import megatron.core  # noqa: F401
         import transformer_engine.pytorch  # noqa: F401
@@ -95,8 +97,9 @@ def main(argv=None) -> int:
         srv.listen(1)
         srv.settimeout(args.idle_timeout)
     served = 0
+    busy = Busy(args.socket) if rank == 0 else None
     while True:
-        conn, msg = None, None
+        conn, msg, watched = None, None, None
         if rank == 0:
             try:
                 conn, _ = srv.accept()
@@ -104,6 +107,10 @@ def main(argv=None) -> int:
                 msg = recv_json(conn) or {"cmd": "exit"}
             except (socket.timeout, TimeoutError):
                 msg = {"cmd": "exit"}
+            if msg.get("cmd") != "exit":
+                busy.__enter__()
+                send_json(conn, {"accepted": msg.get("case")})   # the client knows its case started
+                watched = watch_client(conn)
         box = [msg]
         dist.broadcast_object_list(box, src=0, group=cpu_group)
         msg = box[0]
@@ -134,8 +141,10 @@ def main(argv=None) -> int:
         if rank == 0:
             reply = {"ranks": results, "environment": env, "startup": startup if served == 0 else None,
                      "served_before": served, "server_pid": os.getpid()}
+            watched.set()
             send_json(conn, reply)
             conn.close()
+            busy.__exit__()
         served += 1
     if srv:
         srv.close()
