@@ -164,3 +164,17 @@ def test_a_cpu_report_speaks_of_the_cpu_says_the_noise_once_and_the_tps_measured
     assert "GPU time" not in text and "GPU·s" not in text and "GPU-held" not in text
     assert "The files to load (the Answer) are copies of the TP 2 files" in text
     assert "- TP 2, proven on the block (won on the block): `tp_comm_overlap_cfg.tp2.yaml`" in text
+
+
+def test_no_tp_where_no_layout_fits_is_not_train_without_tp(tmp_path):
+    """The overlap rule says TP 1 but the memory check found no layout up to the node that fits (2x H100,
+    Llama-3-70B): the card must not tell the user to train without TP."""
+    files = {"model_tp": 1, "default": None, "sets": {"2": te_set(2, "proven", "block-level winner at TP 2")}}
+    dec = decisions(1, files)
+    dec["meta"]["memory"] = {"status": "no_fit", "floor_tp": None, "effective_tp": None,
+                             "why": "no TP up to 2 fits, and no TP x PP layout up to PP=80 fits either"}
+    s = settings("te")
+    md = card_markdown(s, tmp_path, dec, [])
+    assert "Train without tensor parallelism" not in md
+    assert "**No answer for this node's memory**" in md and "no TP x PP layout up to PP=80" in md
+    assert "- TP 2, proven" in md

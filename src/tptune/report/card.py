@@ -219,7 +219,14 @@ def answer_card(s, run_dir: Path, decisions: dict, failures: list[dict]) -> dict
             "block": block, "layer_tps": sorted(int(tp) for tp in meta.get("layer") or {}),
             "efficiency": efficiency, "no_efficiency": no_efficiency,
             "confidence": _confidence(decisions, s, failures, block), "cpu": s.device != "cuda",
-            "margin": margin}
+            "margin": margin, "memory_no_fit": _memory_no_fit(meta)}
+
+
+def _memory_no_fit(meta: dict) -> str | None:
+    """The memory check's words when no layout it tried fits and so nothing raised the TP: the answer cannot
+    then be "train without TP" (decide.tp.memory_floor)."""
+    mem = meta.get("memory") or {}
+    return mem.get("why") if mem.get("status") == "no_fit" and not mem.get("effective_tp") else None
 
 
 def _point_ratios(points: dict[str, dict], none_id: str) -> dict[str, dict | None]:

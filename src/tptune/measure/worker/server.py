@@ -142,9 +142,9 @@ def main(argv=None) -> int:
             reply = {"ranks": results, "environment": env, "startup": startup if served == 0 else None,
                      "served_before": served, "server_pid": os.getpid()}
             watched.set()
+            busy.__exit__()   # before the answer: a client that has it may find this group free at once
             send_json(conn, reply)
             conn.close()
-            busy.__exit__()
         served += 1
     if srv:
         srv.close()
