@@ -14,9 +14,6 @@ best overlapped (best) points:
   passes iff best beats none beyond the noise margin (noise.compare) AND
              hidden_fraction >= min_hidden_fraction (default 0.25) AND
              the trace analysis, when given and trust_verdict is set, does not say "not overlapped"
-  Where the hidden share has an interval (paired rounds) that straddles min_hidden_fraction, the rule is
-  undecided and does not pass: the cheaper answer (no TP) stands unless the memory floor raises it, and
-  the evidence says so (never a coin on a point estimate a hair from the line).
   It also passes when none is equivalent to nocomm within the margin (for points measured in rounds:
   their ratio interval lies inside the margin, not merely undecided): no communication is exposed,
   so TP costs nothing to hide.
@@ -92,13 +89,6 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
     rec["hidden_fraction"] = min(1.0, max(0.0, hidden))
     if vs_none.outcome >= 0:
         return {**rec, "passed": False, "reason": "best overlapped setting does not beat no-overlap"}
-    straddles = (eff is not None and eff.lo is not None and eff.hi is not None and eff.capped != "at bound"
-                 and eff.lo < min_hidden_fraction <= eff.hi)
-    if straddles:   # never a coin: the evidence does not clear the threshold either way
-        return {**rec, "passed": False, "undecided": True,
-                "reason": f"undecided: {_hides(eff, hidden)}, an interval across the {min_hidden_fraction:.0%} "
-                          f"threshold; without evidence that TP hides its communication the cheaper answer, no TP, "
-                          f"stands, and only the memory floor raises it"}
     if hidden < min_hidden_fraction:
         return {**rec, "passed": False,
                 "reason": f"{_hides(eff, hidden)} < {min_hidden_fraction:.0%}"}
