@@ -227,8 +227,11 @@ def _dgrad(gemm: str, method: str | None, entry: dict, use: str | None, sw: dict
         if m == "bulk":
             what = "bulk_as_reduce_scatter" if method else "te_default_conflict"
             pre = "" if method else f"the file omits {gemm}, so TE fills it from get_default_config: bulk; "
-            return what, (f"{pre}{how}: silent gradient corruption (measured on GPUs: input-gradient error "
-                          f"36-141%, issue 33); {fix}"), "bulk run as reduce-scatter (corrupt)"
+            harm = ("in bf16 silent gradient corruption (input-gradient error 36-141% on GPUs, issue 33); in FP8 "
+                    "NVIDIA's TP 4 preset under these switches erred like FP8 no overlap on 4x H100 "
+                    "(results/numerics-calibration), yet the file's bulk entries are still not run as written"
+                    if fp8 else "silent gradient corruption (measured on GPUs: input-gradient error 36-141%, issue 33)")
+            return what, f"{pre}{how}: {harm}; {fix}", "bulk run as reduce-scatter (corrupt)"
         fp8_note = " (this run is FP8: the same split_overlap_rs runs, not measured there)" if fp8 else ""
         return "pipeline_dgrad", (f"{how}: silent gradient corruption (bf16, 2x H200: input grad off by 339 "
                                   f"against 1.5, results/rs-dgrad-x2){fp8_note}; {fix}"), "pipeline reduce-scatter (corrupt)"
