@@ -181,6 +181,38 @@ def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     return sorted(rows, key=lambda r: (r["op"], r["tp"]))
 
 
+def _limits(meas: pl.DataFrame, decisions: dict) -> list[dict]:
+    """Per (op, TP): where the fastest overlapped setting's time above its no-communication bound goes, from
+    the profiled steps of its TP point session (fwd+bwd, ms): communication no GEMM covers, GEMM time above
+    the bound's (chunked GEMMs, SMs given to communication), and the rest of the traces' wall-time gap (other
+    kernels and host gaps; negative where communication ran under other kernels); the larger of the first two
+    names what limits the op."""
+    rows = []
+    cols = ("fwd_wall_ms", "bwd_wall_ms", "fwd_gemm_ms", "bwd_gemm_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms")
+    if not set(cols) <= set(meas.columns):
+        return rows
+    pts = _point_rows(meas)
+    for (op, tp), grp in sorted(pts.group_by("op", "tp", maintain_order=True), key=lambda g: (g[0][0], g[0][1])):
+        rows_ = {r["variant"]: r for r in grp.iter_rows(named=True)}
+        bound = rows_.get("nocomm")
+        over = [r for v, r in rows_.items() if r["status"] == "ok" and r["median_ms"] and
+                parse_case_id(r["case"]).variant.kind in ("ub", "chunked")]
+        if not over or not bound:
+            continue
+        chosen = min(over, key=lambda r: r["median_ms"])
+        if any(chosen.get(c) is None or bound.get(c) is None for c in cols):
+            continue
+        wall = chosen["fwd_wall_ms"] + chosen["bwd_wall_ms"] - bound["fwd_wall_ms"] - bound["bwd_wall_ms"]
+        exposed = chosen["fwd_exposed_comm_ms"] + chosen["bwd_exposed_comm_ms"]
+        gemm = chosen["fwd_gemm_ms"] + chosen["bwd_gemm_ms"] - bound["fwd_gemm_ms"] - bound["bwd_gemm_ms"]
+        parts = {"communication not covered": exposed, "GEMMs slower than the bound's": gemm}
+        rows.append({"op": op, "tp": tp, "setting": chosen["variant"], "timed_ms": chosen["median_ms"],
+                     "none_ms": (rows_.get("none") or {}).get("median_ms"), "bound_ms": bound["median_ms"],
+                     "gap_ms": wall, "exposed_ms": exposed, "gemm_ms": gemm, "rest_ms": wall - exposed - gemm,
+                     "limit": max(parts, key=parts.get) if wall > 0 else "at the bound"})
+    return rows
+
+
 def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     """Per TP measured for every op: the sum over ops of each reference and of the fastest setting."""
     ops = list(decisions["ops"])
@@ -299,7 +331,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)),
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
-        comparison=_comparison(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
+        comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
         tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=text("tp_comm_overlap_cfg.yaml"),
         chunk_text=text("chunked_cfg.yaml"), run_dir=run_dir, sessions=session_rows,
