@@ -82,7 +82,11 @@ def test_report_and_configs(finished):
     files = meta["files"]
     assert not list(run.glob("tp_comm_overlap_cfg*.yaml")) and not list(run.glob("ub_cfgs*.json"))
     assert files["sets"]["2"]["files"] == {"chunked_cfg": "chunked_cfg.tp2.yaml"}
-    assert yaml.safe_load((run / "chunked_cfg.tp2.yaml").read_text())["customized_cc"]
+    cc = yaml.safe_load((run / "chunked_cfg.tp2.yaml").read_text())["customized_cc"]
+    assert cc
+    if files["sets"]["2"]["status"] == "proven":   # proven only where the map is what the block measured
+        win = json.loads((run / "layer/tp2.json").read_text())["winner"]
+        assert set(cc.values()) == {int(win.rsplit(".n", 1)[1]) if ".n" in win else 1}
     assert (run / "chunked_cfg.yaml").exists() == (files["default"] == "2") == (meta["model_tp"] == 2)
     decisions = json.loads((run / "decisions.json").read_text())
     assert set(decisions["ops"]) == {"qkv", "fc2"}

@@ -157,6 +157,12 @@ def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int]
         else:
             status = "proven" if win_row.get("correct") is True and rec.get("compared", True) else "unproven"
             why = f"block-level winner at TP {t}: {win_row['variant']}: {rec['reason']}"
+            v = parse_case_id(win_row["case"]).variant
+            n = v.chunks if v.kind == "chunked" else 1
+            if set(shape_map["customized_cc"].values()) != {n}:   # the map is not what the block measured
+                status = "unproven"
+                why += (f"; the block measured {win_row['variant']} for every op, this map holds the per-op "
+                        f"choices")
         files = names("torch", t)
         emit.write_chunked_cfg(run_dir / files["chunked_cfg"], shape_map, notes + [f"{status}: {why}"])
         out[str(t)] = {"tp": t, "files": files, "status": status, "why": why}
