@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from tptune.decide.files import names
 from tptune.te import megatron_flags as mf
 from tptune.te.check import check_pair
 
@@ -19,15 +20,15 @@ from tptune.te.check import check_pair
 def main(paths: list[str]) -> int:
     for p in map(Path, paths):
         ub = yaml.safe_load(p.read_text())
-        sfx = p.name[len("tp_comm_overlap_cfg"):-len(".yaml")]
+        sfx = p.name[len("tp_comm_overlap_cfg."):-len(".yaml")]   # "tp<N>", or "" for the plain names
+        files = names("te", int(sfx[2:]) if sfx else None)
         sw = mf.block_switches(ub)
         res = check_pair(ub, sw, fp8="fp8" in str(p))
         if not res.ok:
             print(f"{p}: not run as written under any switches tptune derives: {[x.line() for x in res.problems]}")
             return 1
-        overrides = f"transformer_config_overrides{sfx}.yaml"
-        mf.write_megatron_flags(p.parent / f"megatron_flags{sfx}.txt", sw, p.name, overrides_file=overrides)
-        mf.write_transformer_config_yaml(p.parent / overrides, sw)
+        mf.write_megatron_flags(p.parent / files["megatron_flags"], sw, p.name, overrides_file=files["overrides"])
+        mf.write_transformer_config_yaml(p.parent / files["overrides"], sw)
         print(f"{p}: switches written beside it")
     return 0
 

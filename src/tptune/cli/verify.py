@@ -142,10 +142,9 @@ def _r(cmp: dict | None) -> str:
 
 def _errs(row: dict) -> str:
     """"1.48% (1.00x) / 2.54% (1.00x) / 1.2% (1.01x)" of a row's numerics against the fp32 block."""
-    summ = ((row.get("errors") or {}).get("summary")) or {}
-    parts = [f"{100 * summ[k]['rel_l2']:.3g}% ({summ[k]['l2_ratio']:.2f}x)" for k in ("output", "input_grad", "weight_grads")
-             if k in summ]
-    return " / ".join(parts) or "–"
+    from tptune.stats.numerics import summary_text
+
+    return summary_text(((row.get("errors") or {}).get("summary")) or {}, times="x") or "–"
 
 
 def format_table(res: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tptune.cases import parse_case_id
 from tptune.decide.points import (
     best_at,
     knob_summary,
@@ -18,7 +19,6 @@ from tptune.decide.summary import (
     measurement_summary,
     summed_efficiency,
 )
-from tptune.cases import parse_case_id
 from tptune.decide.files import write_sets
 from tptune.decide.tp import apply_floor, memory_floor, model_tp
 from tptune.emit import configs as emit

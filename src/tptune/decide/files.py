@@ -19,7 +19,6 @@ beside another decision's switches.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from tptune.cases import parse_case_id
@@ -71,69 +70,91 @@ def write_te_set(run_dir: Path, tp: int | None, ub: dict, switches: dict, *, mod
     return files
 
 
-def _block_choice(rec: dict | None, presets: Path) -> tuple[dict | None, str, str, list[str]]:
-    """(ub_cfgs, status, why, notes) from the layer stage's record of one TP (None: no block)."""
-    if rec is None:
-        return None, "", "", []
-    win = rec.get("winner")
-    if not win:
-        return None, "failed", f"no overlapped setting passed on the block: {rec.get('reason')}", []
-    row = next((r for r in rec.get("settings") or [] if r["case"] == win), {})
-    case = parse_case_id(win)
-    ub = ubcfg.load_preset(case.variant.preset, [presets])
+def _winner_row(rec: dict | None) -> dict | None:
+    """The layer record's row of its block-level winner (None: no record, or nothing passed)."""
+    return next((r for r in (rec or {}).get("settings") or [] if r["case"] == (rec or {}).get("winner")), None)
+
+
+def _graded(rec: dict, row: dict) -> tuple[str, str]:
+    """(status, why) of the set the block-level winner ``row`` of layer record ``rec`` proves: proven where
+    its numerics passed and the block compared it with something."""
     status = "proven" if row.get("correct") is True and rec.get("compared", True) else "unproven"
-    why = f"block-level winner at TP {rec['tp']} ({rec['num_layers']} layers): {case.variant_id}: {rec['reason']}"
+    why = f"block-level winner at TP {rec['tp']} ({rec['num_layers']} layers): {row['variant']}: {rec['reason']}"
     if row.get("correct") is not True:
         why += "; its numerics were not checked"
-    return ub, status, why, [why]
+    return status, why
 
 
-def te_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> dict[str, dict]:
-    """Decide and write the te backend's set of each TP in ``tps``; returns {str(tp): set record}."""
+def _failed(t: int, rec: dict) -> dict:
+    return {"tp": t, "files": {}, "status": "failed",
+            "why": f"no overlapped setting passed on the block: {rec.get('reason')}"}
+
+
+def _te_choice(s, run_dir: Path, points_by_op: dict, rec: dict | None, t: int, floor: float):
+    """(ub_cfgs, switches, status, why, notes) of TP ``t``: the block-level winner, or without a block the
+    per-op choices restricted to one combination Megatron's switches express, unproven."""
     from tptune.decide.layer import per_mode_combos, presets_dir
     from tptune.decide.points import ub_cfgs_at
 
+    if rec is not None:
+        row = _winner_row(rec)
+        status, why = _graded(rec, row)
+        ub = ubcfg.load_preset(parse_case_id(row["case"]).variant.preset, [presets_dir(run_dir)])
+        return ub, mf.block_switches(ub), status, why, [why]
+    ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
+    stage = "is off" if not (s.config.get("layer") or {}).get("enabled", True) else "did not finish"
+    why = f"per-op choices at TP {t}, not proven on a block (the layer stage {stage})"
+    try:
+        switches = mf.block_switches(ub)
+    except ValueError as exc:
+        _, mode, ub, notes = min(per_mode_combos(s, points_by_op, t, floor, fastest=False), key=lambda c: c[0])
+        why += f"; restricted to the {mode} dgrad combination Megatron's switches express ({exc})"
+        switches = mf.block_switches(ub)
+    return ub, switches, "unproven", why, [f"UNPROVEN: {why}"] + notes
+
+
+def te_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], meta: dict,
+            default_tp: int | None = None) -> dict[str, dict]:
+    """Decide and write the te backend's set of each TP in ``tps``, and of ``default_tp`` under the plain
+    names too; returns {str(tp): set record}."""
     floor = s.config["decision"]["noise_floor"]
     fp8 = s.model.workload.is_fp8
     out = {}
     for t in tps:
-        ub, status, why, notes = _block_choice(layer.get(t), presets_dir(run_dir))
-        if status == "failed":
-            out[str(t)] = {"tp": t, "files": {}, "status": status, "why": why}
+        rec = layer.get(t)
+        if rec is not None and _winner_row(rec) is None:
+            out[str(t)] = _failed(t, rec)
             continue
-        if ub is None:
-            ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
-            stage = "is off" if not (s.config.get("layer") or {}).get("enabled", True) else "did not finish"
-            why = f"per-op choices at TP {t}, not proven on a block (the layer stage {stage})"
-            try:
-                mf.block_switches(ub)
-            except ValueError as exc:
-                est, mode, ub, notes = sorted(per_mode_combos(s, points_by_op, t, floor, fastest=False),
-                                              key=lambda c: c[0])[0]
-                why += f"; restricted to the {mode} dgrad combination Megatron's switches express ({exc})"
-            status = "unproven"
-            notes = [f"UNPROVEN: {why}"] + notes
-        switches = mf.block_switches(ub)
+        ub, switches, status, why, notes = _te_choice(s, run_dir, points_by_op, rec, t, floor)
         checked = check(ub, switches, fp8=fp8)
         if not checked["ok"]:   # never handed out: the set would not run as written
             out[str(t)] = {"tp": t, "files": {}, "status": "failed", "check": checked,
                            "why": f"the set tptune derived is not run as written: {'; '.join(checked['problems'])}"}
             continue
-        files = write_te_set(run_dir, t, ub, switches, model=meta["model"], workload=meta["workload"], fp8=fp8,
-                             notes=notes, set_tp=t)
-        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why, "check": checked,
-                       "switches": switches, "_ub": ub, "_notes": notes}
+        for name_tp in (t, None) if t == default_tp else (t,):
+            files = write_te_set(run_dir, name_tp, ub, switches, model=meta["model"], workload=meta["workload"],
+                                 fp8=fp8, notes=notes, set_tp=t)
+            if name_tp is not None:
+                out[str(t)] = {"tp": t, "files": files, "status": status, "why": why, "check": checked,
+                               "switches": switches}
     return out
 
 
-def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int]) -> dict[str, dict]:
-    """The torch backend's chunk map of each TP: each op's chosen chunk count there (1: no overlap)."""
+def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int],
+               default_tp: int | None = None) -> dict[str, dict]:
+    """The torch backend's chunk map of each TP (each op's chosen chunk count there, 1: no overlap), and of
+    ``default_tp`` under the plain name too."""
     from tptune.decide.points import best_at
     from tptune.model.ops import op_gemms
 
     floor = s.config["decision"]["noise_floor"]
     out = {}
     for t in tps:
+        rec = layer.get(t)
+        row = _winner_row(rec)
+        if rec is not None and row is None:
+            out[str(t)] = _failed(t, rec)
+            continue
         choices = []
         for op, pts in points_by_op.items():
             if t in pts:
@@ -146,51 +167,33 @@ def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int]
             shape_map = emit.chunked_shape_map(choices)
         except ValueError as exc:
             shape_map, notes = {"customized_cc": {}}, notes + [f"not expressible: {exc}"]
-        rec = layer.get(t)
-        win_row = next((r for r in (rec or {}).get("settings") or [] if r["case"] == (rec or {}).get("winner")), None)
         if rec is None:
             status, why = "unproven", f"per-op choices at TP {t}, not proven on a block"
-        elif win_row is None:
-            out[str(t)] = {"tp": t, "files": {}, "status": "failed",
-                           "why": f"no overlapped setting passed on the block: {rec.get('reason')}"}
-            continue
         else:
-            status = "proven" if win_row.get("correct") is True and rec.get("compared", True) else "unproven"
-            why = f"block-level winner at TP {t}: {win_row['variant']}: {rec['reason']}"
-            v = parse_case_id(win_row["case"]).variant
-            n = v.chunks if v.kind == "chunked" else 1
-            if set(shape_map["customized_cc"].values()) != {n}:   # the map is not what the block measured
-                status = "unproven"
-                why += (f"; the block measured {win_row['variant']} for every op, this map holds the per-op "
-                        f"choices")
-        files = names("torch", t)
-        emit.write_chunked_cfg(run_dir / files["chunked_cfg"], shape_map, notes + [f"{status}: {why}"])
-        out[str(t)] = {"tp": t, "files": files, "status": status, "why": why}
+            status, why = _graded(rec, row)
+            v = parse_case_id(row["case"]).variant
+            if set(shape_map["customized_cc"].values()) != {v.chunks if v.kind == "chunked" else 1}:
+                status = "unproven"   # the map is not what the block measured
+                why += f"; the block measured {row['variant']} for every op, this map holds the per-op choices"
+        for name_tp in (t, None) if t == default_tp else (t,):
+            files = names("torch", name_tp)
+            emit.write_chunked_cfg(run_dir / files["chunked_cfg"], shape_map, notes + [f"{status}: {why}"])
+        out[str(t)] = {"tp": t, "files": names("torch", t), "status": status, "why": why}
     return out
 
 
 def write_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> dict:
-    """Every TP's set and the unsuffixed copy of the model TP's; meta["files"] as decisions.json holds it."""
+    """Every TP's set and the plain-named copy of the model TP's; meta["files"] as decisions.json holds it."""
     run_dir = Path(run_dir)
     for p in _stale(run_dir):
         p.unlink()
-    if s.backend == "te":
-        sets = te_sets(s, run_dir, points_by_op, layer, tps, meta)
-    else:
-        sets = torch_sets(s, run_dir, points_by_op, layer, tps)
     model_tp = meta["model_tp"]
-    chosen = sets.get(str(model_tp)) if model_tp and model_tp >= 2 else None
-    default = None
-    if chosen is not None and chosen["status"] != "failed":
-        default = str(model_tp)
-        if s.backend == "te":
-            write_te_set(run_dir, None, chosen["_ub"], chosen["switches"], model=meta["model"],
-                         workload=meta["workload"], fp8=s.model.workload.is_fp8, notes=chosen["_notes"],
-                         set_tp=model_tp)
-        else:
-            shutil.copy(run_dir / chosen["files"]["chunked_cfg"], run_dir / names("torch", None)["chunked_cfg"])
-    for rec in sets.values():
-        for k in [k for k in rec if k.startswith("_")]:
-            del rec[k]
+    default_tp = model_tp if model_tp and model_tp >= 2 else None
+    if s.backend == "te":
+        sets = te_sets(s, run_dir, points_by_op, layer, tps, meta, default_tp)
+    else:
+        sets = torch_sets(s, run_dir, points_by_op, layer, tps, default_tp)
+    chosen = sets.get(str(default_tp))
+    default = str(default_tp) if chosen is not None and chosen["status"] != "failed" else None
     return {"model_tp": model_tp, "default": default, "default_files": names(s.backend, None) if default else {},
             "sets": sets}

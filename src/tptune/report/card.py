@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from tptune.cases import parse_case_id
+from tptune.decide.files import ALL_FILES
 from tptune.model.ops import OPS
 from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency
@@ -16,12 +17,13 @@ from tptune.records.sessions import read_session
 
 # What a run writes for users to load, in the order a user reaches for them: decisions.json's key for the
 # file (meta["files"]["sets"][tp]["files"]), its unsuffixed name (the copy of the default set), what loads it.
-LOADABLE_FILES = (("ub_cfgs_yaml", "tp_comm_overlap_cfg.yaml", "Megatron-LM `--tp-comm-overlap-cfg` (TE `ub_cfgs`)"),
-                  ("megatron_flags", "megatron_flags.txt", "Megatron-LM command-line flags"),
-                  ("overrides", "transformer_config_overrides.yaml", "Megatron-core `TransformerConfig` fields"),
-                  ("bridge", "tp_overlap_cfg_nemo.py", "Megatron-Bridge / NeMo 2 `TransformerLayerTPOverlapCfg`"),
-                  ("ub_cfgs_json", "ub_cfgs.json", "TE `initialize_ub(ub_cfgs=...)`"),
-                  ("chunked_cfg", "chunked_cfg.yaml", "the torch backend's chunk counts per GEMM shape"))
+LOADABLE_FILES = tuple((key, ALL_FILES[key].format(""), why) for key, why in (
+    ("ub_cfgs_yaml", "Megatron-LM `--tp-comm-overlap-cfg` (TE `ub_cfgs`)"),
+    ("megatron_flags", "Megatron-LM command-line flags"),
+    ("overrides", "Megatron-core `TransformerConfig` fields"),
+    ("bridge", "Megatron-Bridge / NeMo 2 `TransformerLayerTPOverlapCfg`"),
+    ("ub_cfgs_json", "TE `initialize_ub(ub_cfgs=...)`"),
+    ("chunked_cfg", "the torch backend's chunk counts per GEMM shape")))
 LOADABLE = tuple((name, why) for _, name, why in LOADABLE_FILES)
 BLOCK = "block"
 # tptune's own block combinations (decide.layer: tuned_preset, fastest_preset, other_mode_preset): measured

@@ -10,6 +10,7 @@ import polars as pl
 from tptune.report.card import answer_card, evidence_tp, plot_summary, summary_rows
 from tptune.cases import parse_case_id
 from tptune.stats.efficiency import Efficiency
+from tptune.stats.numerics import summary_text
 from tptune.stats.wording import classify_ratio
 from tptune.model.plan import plan_summary
 from tptune.settings.resolve import Settings, read_calibration
@@ -22,10 +23,8 @@ def _numerics(n: dict | None) -> str:
     with the failing tensors named; nothing for a run judged by TE's pairwise criterion."""
     if not n or n.get("legacy"):
         return ""
-    summ = n.get("summary") or {}
-    parts = [f"{100 * summ[k]['rel_l2']:.3g}% ({summ[k]['l2_ratio']:.2f}×)" for k in ("output", "input_grad", "weight_grads")
-             if k in summ]
-    text = ": " + " / ".join(parts) if parts else ""
+    shown = summary_text(n.get("summary") or {})
+    text = f": {shown}" if shown else ""
     if n.get("why"):
         text += f"; failed: {n['why']}"
     return text
@@ -319,7 +318,7 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
     card = answer_card(s, run_dir, decisions, failures)
     shown = {f["name"] for f in card["load"]} if card["files"]["recorded"] else None
 
-    def text(name):
+    def listed_text(name):
         """An unsuffixed file's text where the card lists it (a run recorded before its files were listed:
         where it exists)."""
         path = run_dir / name
@@ -333,9 +332,9 @@ def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
         comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
         tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
-        gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=text("tp_comm_overlap_cfg.yaml"),
-        chunk_text=text("chunked_cfg.yaml"), run_dir=run_dir, sessions=session_rows,
-        flags_text=text("megatron_flags.txt"),
+        gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=listed_text("tp_comm_overlap_cfg.yaml"),
+        chunk_text=listed_text("chunked_cfg.yaml"), run_dir=run_dir, sessions=session_rows,
+        flags_text=listed_text("megatron_flags.txt"),
         tps_measured=sorted({int(t) for rec in decisions["ops"].values() for t in rec.get("points") or {}}),
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),

@@ -61,6 +61,13 @@ def judge(errs: Mapping[str, Mapping], base: Mapping[str, Mapping], precision: s
             "summary": summary(rows), "tensors": rows}
 
 
+def summary_text(summ: Mapping[str, Mapping], times: str = "×") -> str:
+    """"1.32% (1.00×) / 2.27% (1.00×) / 2.33% (1.00×)": output / input gradient / worst weight gradient of a
+    summary(), each tensor's relative L2 error and its ratio to no overlap's."""
+    return " / ".join(f"{100 * summ[k]['rel_l2']:.3g}% ({summ[k]['l2_ratio']:.2f}{times})"
+                      for k in ("output", "input_grad", "weight_grads") if k in summ)
+
+
 def summary(rows: Mapping[str, Mapping]) -> dict:
     """The three lines a reader needs: output, input gradient, and the worst weight gradient."""
     out = {k: dict(rows[k]) for k in ("output", "input_grad") if k in rows}
