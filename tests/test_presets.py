@@ -19,3 +19,18 @@ def test_nvidia_bf16_tp2_is_nemos_b200_tp2_preset():
 def test_nvidia_tp2_differs_from_the_tp4_preset_in_two_gemms():
     a, b = load_preset("nvidia_bf16_tp2"), load_preset("nemo_tp4")
     assert sorted(k for k in a if a[k] != b[k]) == ["proj_fprop", "qkv_dgrad"]
+
+
+def test_launcher_h100_tp2_is_the_launchers_h100_tp2_file():
+    """NeMo Framework Launcher's ub_cfg_h100_h8192_tp2_mbs1_seqlen4096: ring-exchange reduce-scatters and
+    bulk 8/32/2/8 SMs."""
+    p = load_preset("launcher_h100_tp2")
+    bulk = {"method": "bulk", "cga_size": 2, "set_sm_margin": 0}
+    assert [p[g] for g in ("qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")] == \
+        [{**bulk, "num_sm": n} for n in (8, 32, 2, 8)]
+    ring = {"method": "ring_exchange", "num_sm": 1, "cga_size": 1, "set_sm_margin": 0, "aggregate": 0, "use_ce": 1}
+    for g in ("qkv_fprop", "proj_dgrad", "fc1_fprop", "fc2_dgrad"):
+        assert p[g] == ring
+    for g in ("proj_fprop", "fc2_fprop"):
+        assert p[g] == {**ring, "set_sm_margin": 1}
+    assert set(p) == set(te_default_ub_cfgs())
