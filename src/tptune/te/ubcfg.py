@@ -133,27 +133,82 @@ def merge_entry(base: dict, update: dict) -> dict:
     return out
 
 
-def load_preset(name: str, presets_dir: str | Path | list | None = None) -> dict[str, dict]:
-    """Preset ``name`` as a full, validated ten-GEMM ub_cfgs: "te" is TE's defaults; any other name
-    is ``<dir>/<name>.yaml`` in ``presets_dir`` (one folder or a list: a run's own presets, such as
-    its tuned combination, or a user's files for tptune verify), else config/presets (entries merged
-    over TE's defaults, see merge_entry)."""
-    cfgs = te_default_ub_cfgs()
-    if name == BUILTIN_PRESET:
-        return cfgs
+# A preset file may start from another preset (``base: nemo_tp4``) and name the environment its
+# training recipe runs with (``environment:``), so a reference can be measured as NVIDIA runs it.
+# Only variables TE reads when a layer is built can differ between the settings of one session (each
+# case rebuilds its layer): the layernorm SM margins, read by LayerNormLinear / LayerNormMLP in their
+# constructors (TE 2.20.2 module/layernorm_linear.py, module/layernorm_mlp.py). Variables read once per
+# process, such as CUDA_DEVICE_MAX_CONNECTIONS (every worker runs with 1, measure.envinfo), are refused.
+PRESET_KEYS = ("base", "environment")
+CASE_ENVIRONMENT = {"NVTE_FWD_LAYERNORM_SM_MARGIN": "SMs kept free of the forward layernorm kernel",
+                    "NVTE_BWD_LAYERNORM_SM_MARGIN": "SMs kept free of the backward layernorm kernel"}
+
+
+def _preset_file(name: str, presets_dir) -> Path:
     dirs = [Path(d) for d in (presets_dir if isinstance(presets_dir, (list, tuple)) else [presets_dir]) if d]
     path = next((d / f"{name}.yaml" for d in dirs + [PRESETS_DIR] if (d / f"{name}.yaml").is_file()), None)
     if path is None:
         raise ValueError(f"ub preset {name!r}: no file {name}.yaml in {', '.join(map(str, dirs + [PRESETS_DIR]))}")
+    return path
+
+
+def _read_preset(name: str, presets_dir, seen: tuple = ()) -> tuple[Path, dict, dict | None, dict]:
+    """(file, its GEMM entries, its base preset's full ub_cfgs or None, its environment over its base's)."""
+    if name in seen:
+        raise ValueError(f"ub preset {name!r}: its base chain loops ({' -> '.join(seen + (name,))})")
+    path = _preset_file(name, presets_dir)
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"ub preset {path}: expected a mapping of GEMM name -> config")
-    validate_ub_cfgs(raw, require_all=False, source=str(path))
-    for key, entry in raw.items():
-        cfgs[key] = merge_entry(cfgs[key], _as_ints(entry))
-    _drop_default_wgrads(cfgs, given=raw)
-    validate_ub_cfgs(cfgs, source=str(path))
+    entries = {k: v for k, v in raw.items() if k not in PRESET_KEYS}
+    base, env = None, {}
+    if "base" in raw:
+        if not isinstance(raw["base"], str) or not raw["base"]:
+            raise ValueError(f"ub preset {path}: base: expected the name of another preset, got {raw['base']!r}")
+        base = load_preset(raw["base"], presets_dir) if raw["base"] == BUILTIN_PRESET else None
+        if base is None:
+            _, b_entries, b_base, env = _read_preset(raw["base"], presets_dir, seen + (name,))
+            base = _merged(b_base, b_entries, f"ub preset {raw['base']!r}")
+    given = raw.get("environment") or {}
+    if not isinstance(given, dict):
+        raise ValueError(f"ub preset {path}: environment: expected a mapping of variable -> value")
+    for var, value in given.items():
+        if var not in CASE_ENVIRONMENT:
+            raise ValueError(f"ub preset {path}: environment: {var} cannot differ between the settings of one "
+                             f"session (TE reads it once per process, or not at all); allowed: "
+                             f"{', '.join(sorted(CASE_ENVIRONMENT))}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"ub preset {path}: environment: {var}: expected a whole number >= 0, got {value!r}")
+    return path, entries, base, {**env, **{k: str(v) for k, v in given.items()}}
+
+
+def _merged(base: dict | None, entries: dict, source: str) -> dict[str, dict]:
+    cfgs = dict(base) if base is not None else te_default_ub_cfgs()
+    validate_ub_cfgs(entries, require_all=False, source=source)
+    for key, entry in entries.items():
+        cfgs[key] = merge_entry(cfgs.get(key) or te_default_ub_cfgs()[key], _as_ints(entry))
+    _drop_default_wgrads(cfgs, given=entries)
+    validate_ub_cfgs(cfgs, source=source)
     return cfgs
+
+
+def load_preset(name: str, presets_dir: str | Path | list | None = None) -> dict[str, dict]:
+    """Preset ``name`` as a full, validated ten-GEMM ub_cfgs: "te" is TE's defaults; any other name
+    is ``<dir>/<name>.yaml`` in ``presets_dir`` (one folder or a list: a run's own presets, such as
+    its tuned combination, or a user's files for tptune verify), else config/presets (entries merged
+    over TE's defaults, or over the preset the file names as its ``base``, see merge_entry)."""
+    if name == BUILTIN_PRESET:
+        return te_default_ub_cfgs()
+    path, entries, base, _ = _read_preset(name, presets_dir)
+    return _merged(base, entries, str(path))
+
+
+def preset_environment(name: str, presets_dir: str | Path | list | None = None) -> dict[str, str]:
+    """The environment preset ``name`` is measured with (its ``environment:``, over its base's); {} for
+    most presets. The worker sets it while it builds a case of this preset."""
+    if name == BUILTIN_PRESET:
+        return {}
+    return _read_preset(name, presets_dir)[3]
 
 
 def _drop_default_wgrads(cfgs: dict, given) -> None:
