@@ -17,6 +17,7 @@ while read -r cfg; do
     echo "FAILED $rel (see $dst.log)"; status=1; continue
   fi
   # text files only; figures are re-drawn by matplotlib and not compared byte for byte
-  diff -rq --exclude='*.png' --exclude='*.parquet' --exclude='*.svg' "$run" "$dst" | sed "s#$scratch/##" && status=1
+  out=$(diff -rq --exclude='*.png' --exclude='*.parquet' --exclude='*.svg' "$run" "$dst")
+  if [ -n "$out" ]; then echo "$out" | sed "s#$scratch/##"; status=1; fi
 done < <(find "$root/results" -name config.json | sort)
 exit $status
