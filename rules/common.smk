@@ -26,7 +26,6 @@ except ConfigError as exc:
 # Every path inside the run folder comes from R (records.run_dir.RunDir); the rules give it wildcards
 # ("{op}", "{tp}", ...) where they name a pattern.
 R = RunDir.of_run(S.run)
-RUN_DIR = str(R)
 CONFIG_JSON = str(R.config_json)
 CALIBRATION = str(R.calibration_json)       # timing.window_ms: auto (rules/calibrate.smk)
 MODEL_JSON = str(R.model_json)

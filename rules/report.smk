@@ -99,7 +99,7 @@ rule check_run:
     input:
         str(R.report_md),
     params:
-        run_dir=RUN_DIR,
+        run_dir=lambda wc, output: os.path.dirname(output[0]),
     log:
         str(R.log("check_run")),
     conda:
