@@ -46,7 +46,7 @@ include: "rules/report.smk"
 # TP-point file: a setting is re-measured with the settings it is compared to, never alone.
 rule all:
     input:
-        f"{RUN_DIR}/report.md",
-        f"{RUN_DIR}/status.json",
+        str(R.report_md),
+        str(R.status_json),
         all_session_records,
         all_session_analysis,

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 from tptune.decide.points import slim
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session
 from tptune.stats import bound, efficiency, host_evidence as host, wording
 from tptune.stats.rounds import point_rounds
 
@@ -83,8 +85,8 @@ def finalist_replay() -> None:
 
 def knobs_figures() -> None:
     print("\n## Knobs run: pooled block figure and capped efficiency")
-    k = RESULTS / "knobs-llama3-70b-x2"
-    doc = json.loads((k / "decisions.json").read_text())
+    k = RunDir(RESULTS / "knobs-llama3-70b-x2")
+    doc = json.loads(k.decisions_json.read_text())
     p = doc["meta"]["layer"]["2"]["pooled"]["pooled"]["ub.nvidia_bf16_tp2"]
     print(f"tuned / NVIDIA tp2 preset pooled: {p['ratio']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}], {p['rounds']} rounds, "
           f"{p['pooled_sessions']} sessions = {wording.speedup(p)}: {wording.classify_ratio(p, FLOOR)}")
@@ -96,9 +98,7 @@ def knobs_figures() -> None:
     # the same without the burn-in, for comparison with the README's median figure (81%)
     triples = {}
     for op, rec in doc["ops"].items():
-        d = k / "sessions" / op / "tp2" / "point"
-        s = json.loads((d / "session.json").read_text())
-        runs = {c: slim(json.loads((d / q).read_text())) for c, q in s["runs"].items()}
+        runs = {c: slim(p) for c, p in load_session(k.point_session(op, 2)).points.items()}
         none = next(p for c, p in runs.items() if c.endswith("-none"))
         b = next(p for c, p in runs.items() if bound.is_bound(c))
         triples[op] = (none, runs[rec["winner"]["case"]], b)

@@ -24,12 +24,13 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tptune.cases import REFERENCE_KINDS, parse_case_id  # noqa: E402
 from tptune.stats.rounds import measured_next, point_rounds, rotation, session_state, should_stop  # noqa: E402
-from tptune.search.steps import read_session  # noqa: E402
+from tptune.records.sessions import load_session  # noqa: E402
 
 
 def recorded_rounds(session_dir: Path) -> tuple[dict, dict[str, dict[int, float]]]:
     """(session.json, {member: {round id: value}}) of a recorded session (failed members left out)."""
-    rec, runs = read_session(session_dir, ".")
+    recorded = load_session(session_dir)
+    rec, runs = recorded.record, recorded.points
     vals = {cid: point_rounds(run) for cid, run in runs.items()}
     return rec, {cid: v for cid, v in vals.items() if v}
 

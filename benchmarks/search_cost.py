@@ -20,10 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from tptune.cases import parse_case_id  # noqa: E402
 from tptune.stats.noise import compare_points  # noqa: E402
 from tptune.records.points import point_median  # noqa: E402
+from tptune.records.run_dir import SESSION_JSON, RunDir  # noqa: E402
 
 
 def _sessions(run_dir: Path, op: str, tp: int) -> list[tuple[Path, dict]]:
-    return [(p, json.loads(p.read_text())) for p in sorted((run_dir / "sessions" / op / f"tp{tp}").glob("**/session.json"))]
+    tp_sessions = RunDir(run_dir).point_session(op, tp).parent      # sessions/<op>/tp<N>: its steps and its point
+    return [(p, json.loads(p.read_text())) for p in sorted(tp_sessions.glob(f"**/{SESSION_JSON}"))]
 
 
 def measured(run_dir: Path, op: str, tp: int, search_only: bool = True) -> dict[str, dict]:
@@ -41,7 +43,7 @@ def measured(run_dir: Path, op: str, tp: int, search_only: bool = True) -> dict[
 def summarize(run_dir: Path, op: str, tp: int) -> dict:
     sess = [(p, x) for p, x in _sessions(run_dir, op, tp) if p.parent.name != "point"]
     runs = measured(run_dir, op, tp)
-    point = json.loads((run_dir / "search" / op / f"tp{tp}" / "point.json").read_text())
+    point = json.loads(RunDir(run_dir).tp_point(op, tp).read_text())
     best = next((c for c in runs if point.get("searches") and
                  any(v.get("best_case") == c for v in point["searches"].values())), None)
     return {"run": str(run_dir), "cases": len(runs), "sessions": len(sess),

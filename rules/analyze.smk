@@ -1,13 +1,13 @@
 # Trace metrics of every setting of a session (CPU; after the GPU job that measured the session).
 rule analyze_step:
     output:
-        f"{RUN_DIR}/analysis/{{op}}/tp{{tp}}/{{dim}}/step{{step}}.parquet",
+        str(R.step_analysis("{op}", "{tp}", "{dim}", "{step}")),
     input:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/step{{step}}.json",
+        str(R.search_step("{op}", "{tp}", "{dim}", "{step}")),
     params:
-        session=lambda wc: f"{RUN_DIR}/sessions/{wc.op}/tp{wc.tp}/{wc.dim}/step{wc.step}",
+        session=lambda wc: str(R.step_session(wc.op, wc.tp, wc.dim, wc.step)),
     log:
-        f"{RUN_DIR}/logs/analyze/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
+        str(R.log("analyze", "{op}-tp{tp}-{dim}-step{step}")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -16,13 +16,13 @@ rule analyze_step:
 
 rule analyze_point:
     output:
-        f"{RUN_DIR}/analysis/{{op}}/tp{{tp}}/point.parquet",
+        str(R.point_analysis("{op}", "{tp}")),
     input:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/point.json",
+        str(R.tp_point("{op}", "{tp}")),
     params:
-        session=lambda wc: f"{RUN_DIR}/sessions/{wc.op}/tp{wc.tp}/point",
+        session=lambda wc: str(R.point_session(wc.op, wc.tp)),
     log:
-        f"{RUN_DIR}/logs/analyze/{{op}}-tp{{tp}}-point.log",
+        str(R.log("analyze", "{op}-tp{tp}-point")),
     conda:
         "../envs/tptune.yaml"
     shell:

@@ -15,7 +15,7 @@ rule calibrate_window:
     resources:
         gpus=1,
     log:
-        f"{RUN_DIR}/logs/calibrate_window.log",
+        str(R.log("calibrate_window")),
     conda:
         "../envs/tptune.yaml"
     shell:

@@ -9,9 +9,10 @@ from snakemake.exceptions import WorkflowError
 from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError, TptuneError
 from tptune.records import run_lock
+from tptune.records.run_dir import SESSION_JSON, RunDir
 from tptune.search import measurement as wm
 from tptune.search import steps as wf
-from tptune.settings.resolve import CALIBRATION_JSON, resolve, step_margins
+from tptune.settings.resolve import resolve, step_margins
 
 try:
     # A dry run only plans, and a submit host (TPTUNE_SUBMIT_ONLY=1, e.g. a Slurm login node) only
@@ -22,9 +23,12 @@ try:
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
-RUN_DIR = f"outputs/{S.run}"
-CONFIG_JSON = f"{RUN_DIR}/config.json"
-CALIBRATION = f"{RUN_DIR}/{CALIBRATION_JSON}"       # timing.window_ms: auto (rules/calibrate.smk)
+# Every path inside the run folder comes from R (records.run_dir.RunDir); the rules give it wildcards
+# ("{op}", "{tp}", ...) where they name a pattern.
+R = RunDir.of_run(S.run)
+CONFIG_JSON = str(R.config_json)
+CALIBRATION = str(R.calibration_json)       # timing.window_ms: auto (rules/calibrate.smk)
+MODEL_JSON = str(R.model_json)
 
 
 def calibration_input(wc=None):
@@ -60,7 +64,7 @@ _PENDING = {"settings": "(after a checkpoint)", "digest": "pending"}   # the job
 def step_measurement(wc):
     prev = None
     if int(wc.step) > 0:
-        f = f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/{wc.dim}/step{int(wc.step) - 1}.json"
+        f = str(R.search_step(wc.op, wc.tp, wc.dim, int(wc.step) - 1))
         if not os.path.exists(f):
             return _PENDING
         prev = _read(f)
@@ -68,7 +72,7 @@ def step_measurement(wc):
 
 
 def point_measurement(wc):
-    f = f"{RUN_DIR}/search/{wc.op}/tp{wc.tp}/results.json"
+    f = str(R.tp_results(wc.op, wc.tp))
     if not os.path.exists(f):
         return _PENDING
     return _measure_params(wm.point_measurement(S, wc.op, int(wc.tp), _read(f)))
@@ -126,7 +130,7 @@ def search_final(op, tp, dim):
 
 def _step_inputs(wc, prev=lambda f: f):
     """The model, the calibration and (after step 0) the previous step's record, as ``prev`` wraps it."""
-    ins = {"model": f"{RUN_DIR}/model.json", **calibration_input()}
+    ins = {"model": MODEL_JSON, **calibration_input()}
     if int(wc.step) > 0:
         ins["prev"] = prev(step_file(wc.op, int(wc.tp), wc.dim, int(wc.step) - 1))
     return ins
@@ -144,7 +148,7 @@ def search_step_inputs(wc):
     ins = _step_inputs(wc)
     prev = _read(ins["prev"]) if "prev" in ins else None
     if wf.step_cases(S, wc.op, int(wc.tp), wc.dim, prev):
-        ins["session"] = f"{RUN_DIR}/sessions/{wc.op}/tp{wc.tp}/{wc.dim}/step{wc.step}/session.json"
+        ins["session"] = str(R.step_session(wc.op, wc.tp, wc.dim, wc.step) / SESSION_JSON)
     return ins
 
 
@@ -155,13 +159,13 @@ def search_result_input(wc):
 def tp_results_inputs(wc):
     """Static: one result per dimension, so the searches of one (op, TP) run side by side."""
     tp = int(wc.tp)
-    return [f"{RUN_DIR}/search/{wc.op}/tp{tp}/{d}/result.json" for d in wf.dimensions(S, wc.op, tp)]
+    return [str(R.search_result(wc.op, tp, d)) for d in wf.dimensions(S, wc.op, tp)]
 
 
 def tp_point_inputs(wc):
     """The searches' results only say what the point measures, which the params hold (ancient)."""
     return {"results": ancient(_ckpt_output(checkpoints.tp_results, op=wc.op, tp=wc.tp)),
-            "model": f"{RUN_DIR}/model.json", **calibration_input()}
+            "model": MODEL_JSON, **calibration_input()}
 
 
 def tp_decision_file(op, tp):
@@ -186,8 +190,8 @@ def tp_chain(op):
 
 def tp_step_inputs(wc):
     tps = [t for t in S.tp_sizes if t <= int(wc.tp)]
-    return {"points": [f"{RUN_DIR}/search/{wc.op}/tp{t}/point.json" for t in tps],
-            "analysis": [f"{RUN_DIR}/analysis/{wc.op}/tp{t}/point.parquet" for t in tps]}
+    return {"points": [str(R.tp_point(wc.op, t)) for t in tps],
+            "analysis": [str(R.point_analysis(wc.op, t)) for t in tps]}
 
 
 def op_final_input(wc):
@@ -206,11 +210,11 @@ def all_sessions(wc):
                     f = step_file(op, tp, d, step)
                     rec = _read(f)
                     if any(e["step"] == step for e in rec["sessions"]):
-                        out.append((f, f"{RUN_DIR}/sessions/{op}/tp{tp}/{d}/step{step}"))
+                        out.append((f, str(R.step_session(op, tp, d, step))))
                     if rec["done"]:
                         break
                     step += 1
-            out.append((f"{RUN_DIR}/search/{op}/tp{tp}/point.json", f"{RUN_DIR}/sessions/{op}/tp{tp}/point"))
+            out.append((str(R.tp_point(op, tp)), str(R.point_session(op, tp))))
     return out
 
 
@@ -219,11 +223,11 @@ def all_session_records(wc):
 
 
 def all_session_jsons(wc):
-    return [f"{d}/session.json" for _, d in all_sessions(wc)]
+    return [f"{d}/{SESSION_JSON}" for _, d in all_sessions(wc)]
 
 
 def all_session_analysis(wc):
-    return [d.replace(f"{RUN_DIR}/sessions/", f"{RUN_DIR}/analysis/", 1) + ".parquet" for _, d in all_sessions(wc)]
+    return [str(R.session_analysis(d)) for _, d in all_sessions(wc)]
 
 
 def layer_tps():
@@ -235,8 +239,8 @@ def layer_tps():
 
 
 def layer_files(wc):
-    return [f"{RUN_DIR}/layer/tp{tp}.json" for tp in layer_tps()]
+    return [str(R.layer_json(tp)) for tp in layer_tps()]
 
 
 def layer_inputs(wc):
-    return [f"{RUN_DIR}/search/{op}/tp{wc.tp}/point.json" for op in S.ops]
+    return [str(R.tp_point(op, wc.tp)) for op in S.ops]

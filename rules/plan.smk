@@ -1,13 +1,13 @@
 rule model:
     output:
-        f"{RUN_DIR}/model.json",
+        MODEL_JSON,
     input:
         model_file=config["model"],
     params:
         cfg=CONFIG_JSON,
         model=json.dumps(S.model.to_dict()["model"] | S.model.to_dict()["workload"], sort_keys=True),
     log:
-        f"{RUN_DIR}/logs/model.log",
+        str(R.log("model")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -16,15 +16,15 @@ rule model:
 
 rule plan:
     output:
-        parquet=report(f"{RUN_DIR}/plan.parquet", category="Plan"),
-        csv=f"{RUN_DIR}/plan.csv",
+        parquet=report(str(R.plan_parquet), category="Plan"),
+        csv=str(R.plan_csv),
     input:
-        model=f"{RUN_DIR}/model.json",
+        model=MODEL_JSON,
     params:
         cfg=CONFIG_JSON,
         plan=json.dumps({"tp": S.tp_sizes, "ops": S.ops, "hw": config.get("hardware")}, sort_keys=True),
     log:
-        f"{RUN_DIR}/logs/plan.log",
+        str(R.log("plan")),
     conda:
         "../envs/tptune.yaml"
     shell:

@@ -8,22 +8,22 @@
 # other measurement settings than the workflow scheduled it with.
 onstart:
     try:
-        run_lock.start_run(RUN_DIR, CONFIG_JSON, RESOLVED_CONFIG)
+        run_lock.start_run(R, RESOLVED_CONFIG)
     except TptuneError as exc:
         raise WorkflowError(str(exc)) from None
 
 
 rule collect:
     output:
-        parquet=f"{RUN_DIR}/measurements.parquet",
-        csv=f"{RUN_DIR}/measurements.csv",
+        parquet=str(R.measurements_parquet),
+        csv=str(R.measurements_csv),
     input:
         records=all_session_records,
         analysis=all_session_analysis,
     params:
         sessions=all_session_jsons,
     log:
-        f"{RUN_DIR}/logs/collect.log",
+        str(R.log("collect")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -33,11 +33,11 @@ rule collect:
 # The layer stage: per TP, the block session (GPU), and the run's tuned preset it measures.
 rule layer:
     output:
-        f"{RUN_DIR}/layer/tp{{tp}}.json",
+        str(R.layer_json("{tp}")),
     input:
         unpack(calibration_input),
         points=layer_inputs,
-        model=f"{RUN_DIR}/model.json",
+        model=MODEL_JSON,
     params:
         cfg=CONFIG_JSON,
         measurement=layer_measurement,
@@ -45,7 +45,7 @@ rule layer:
         gpus=lambda wc: int(wc.tp),
     threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
-        f"{RUN_DIR}/logs/layer/tp{{tp}}.log",
+        str(R.log("layer", "tp{tp}")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -57,16 +57,16 @@ rule layer:
 # names only when there is one), so they are not outputs Snakemake could expect in every run.
 rule decide:
     output:
-        f"{RUN_DIR}/decisions.json",
+        str(R.decisions_json),
     input:
-        decisions=[f"{RUN_DIR}/search/{op}/final.json" for op in S.ops],
-        measurements=f"{RUN_DIR}/measurements.parquet",
+        decisions=[str(R.op_final(op)) for op in S.ops],
+        measurements=str(R.measurements_parquet),
         layer=layer_files,
     params:
         cfg=CONFIG_JSON,
         config=RESOLVED_CONFIG,
     log:
-        f"{RUN_DIR}/logs/decide.log",
+        str(R.log("decide")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -75,16 +75,16 @@ rule decide:
 
 rule report:
     output:
-        f"{RUN_DIR}/report.md",
+        str(R.report_md),
     input:
-        plan=f"{RUN_DIR}/plan.parquet",
-        measurements=f"{RUN_DIR}/measurements.parquet",
-        decisions=f"{RUN_DIR}/decisions.json",
+        plan=str(R.plan_parquet),
+        measurements=str(R.measurements_parquet),
+        decisions=str(R.decisions_json),
     params:
         cfg=CONFIG_JSON,
         config=RESOLVED_CONFIG,
     log:
-        f"{RUN_DIR}/logs/report.log",
+        str(R.log("report")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -95,13 +95,13 @@ rule report:
 # report, written before it, says which at its top. Re-runs once the failed sessions are re-measured.
 rule check_run:
     output:
-        f"{RUN_DIR}/status.json",
+        str(R.status_json),
     input:
-        f"{RUN_DIR}/report.md",
+        str(R.report_md),
     params:
         run_dir=lambda wc, output: os.path.dirname(output[0]),
     log:
-        f"{RUN_DIR}/logs/check_run.log",
+        str(R.log("check_run")),
     conda:
         "../envs/tptune.yaml"
     shell:

@@ -7,7 +7,7 @@
 # submissions and the bookkeeping runs on the submitting host (a group may hold no checkpoint).
 rule measure_step:
     output:
-        f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/{{dim}}/step{{step}}/session.json",
+        str(R.step_session("{op}", "{tp}", "{dim}", "{step}") / SESSION_JSON),
     input:
         unpack(measure_step_inputs),
     params:
@@ -18,7 +18,7 @@ rule measure_step:
         gpus=lambda wc: int(wc.tp),
     threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
-        f"{RUN_DIR}/logs/measure/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
+        str(R.log("measure", "{op}-tp{tp}-{dim}-step{step}")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -29,7 +29,7 @@ rule measure_step:
 
 checkpoint search_step:
     output:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/step{{step}}.json",
+        str(R.search_step("{op}", "{tp}", "{dim}", "{step}")),
     input:
         unpack(search_step_inputs),
     params:
@@ -37,7 +37,7 @@ checkpoint search_step:
         settings=step_derive_params,
         prev=lambda wc, input: f"--prev {input.prev}" if "prev" in input.keys() else "",
     log:
-        f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-{{dim}}-step{{step}}.log",
+        str(R.log("search", "{op}-tp{tp}-{dim}-step{step}")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -47,11 +47,11 @@ checkpoint search_step:
 
 rule search_result:
     output:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/{{dim}}/result.json",
+        str(R.search_result("{op}", "{tp}", "{dim}")),
     input:
         search_result_input,
     log:
-        f"{RUN_DIR}/logs/search_result/{{op}}-tp{{tp}}-{{dim}}.log",
+        str(R.log("search_result", "{op}-tp{tp}-{dim}")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -60,11 +60,11 @@ rule search_result:
 
 checkpoint tp_results:
     output:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/results.json",
+        str(R.tp_results("{op}", "{tp}")),
     input:
         results=tp_results_inputs,
     log:
-        f"{RUN_DIR}/logs/tp_results/{{op}}-tp{{tp}}.log",
+        str(R.log("tp_results", "{op}-tp{tp}")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -73,7 +73,7 @@ checkpoint tp_results:
 
 rule measure_point:
     output:
-        f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/point/session.json",
+        str(R.point_session("{op}", "{tp}") / SESSION_JSON),
     input:
         unpack(tp_point_inputs),
     params:
@@ -83,7 +83,7 @@ rule measure_point:
         gpus=lambda wc: int(wc.tp),
     threads: lambda wc: int(wc.tp) if S.device == "cpu" else 1
     log:
-        f"{RUN_DIR}/logs/measure/{{op}}-tp{{tp}}-point.log",
+        str(R.log("measure", "{op}-tp{tp}-point")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -93,14 +93,14 @@ rule measure_point:
 
 rule tp_point:
     output:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/point.json",
+        str(R.tp_point("{op}", "{tp}")),
     input:
-        session=f"{RUN_DIR}/sessions/{{op}}/tp{{tp}}/point/session.json",
+        session=str(R.point_session("{op}", "{tp}") / SESSION_JSON),
     params:
         cfg=CONFIG_JSON,
         settings=point_derive_params,
     log:
-        f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-point.log",
+        str(R.log("search", "{op}-tp{tp}-point")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -110,14 +110,14 @@ rule tp_point:
 
 checkpoint tp_step:
     output:
-        f"{RUN_DIR}/search/{{op}}/tp{{tp}}/decision.json",
+        str(R.tp_decision("{op}", "{tp}")),
     input:
         unpack(tp_step_inputs),
     params:
         cfg=CONFIG_JSON,
         settings=tp_derive_params,
     log:
-        f"{RUN_DIR}/logs/search/{{op}}-tp{{tp}}-decision.log",
+        str(R.log("search", "{op}-tp{tp}-decision")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -127,11 +127,11 @@ checkpoint tp_step:
 
 rule op_final:
     output:
-        f"{RUN_DIR}/search/{{op}}/final.json",
+        str(R.op_final("{op}")),
     input:
         op_final_input,
     log:
-        f"{RUN_DIR}/logs/op_final/{{op}}.log",
+        str(R.log("op_final", "{op}")),
     conda:
         "../envs/tptune.yaml"
     shell:
@@ -140,11 +140,11 @@ rule op_final:
 
 checkpoint searches_done:
     output:
-        f"{RUN_DIR}/search/done.json",
+        str(R.searches_done),
     input:
-        [f"{RUN_DIR}/search/{op}/final.json" for op in S.ops],
+        [str(R.op_final(op)) for op in S.ops],
     log:
-        f"{RUN_DIR}/logs/searches_done.log",
+        str(R.log("searches_done")),
     conda:
         "../envs/tptune.yaml"
     shell:

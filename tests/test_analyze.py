@@ -4,7 +4,8 @@ import shutil
 
 import polars as pl
 
-from tptune.decide.analyze import analyze_case, analyze_session, collect, session_analysis_path
+from tptune.decide.analyze import analyze_case, analyze_session, collect
+from tptune.records.run_dir import RunDir
 
 from conftest import FIXTURES
 
@@ -43,11 +44,11 @@ def test_corrupt_trace_fails_only_its_case(tmp_path):
     sess = tmp_path / "sessions/qkv/tp4/point"
     (sess / "session.json").write_text(json.dumps({"session": "qkv/tp4/point", "runs": {
         json.loads(r.read_text())["case"]: f"{r.parent.name}/run.json" for r in runs}}))
-    analysis = session_analysis_path(tmp_path, sess / "session.json")
+    analysis = RunDir(tmp_path).session_analysis(sess)
     assert analysis == tmp_path / "analysis/qkv/tp4/point.parquet"
     both = analyze_session(sess, analysis)
     assert set(both["case"].to_list()) == {"qkv-tp4-none", "qkv-tp4-ub.te"}
-    table = collect(tmp_path, [sess / "session.json"], tmp_path / "measurements.parquet")
+    table = collect(RunDir(tmp_path), [sess / "session.json"], tmp_path / "measurements.parquet")
     rows = {r["case"]: r for r in table.iter_rows(named=True)}
     assert rows["qkv-tp4-ub.te"]["status"] == "failed" and rows["qkv-tp4-ub.te"]["error_kind"] == "trace"
     assert "trace analysis failed" in rows["qkv-tp4-ub.te"]["error"]

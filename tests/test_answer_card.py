@@ -7,6 +7,8 @@ import pytest
 
 from tptune.report.card import answer_card, plot_summary, summary_rows
 from tptune.cli.main import _settings
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_sessions
 
 RESULTS = Path(__file__).parents[1] / "results"
 
@@ -14,7 +16,7 @@ RESULTS = Path(__file__).parents[1] / "results"
 def _card(run):
     run_dir = RESULTS / run
     decisions = json.loads((run_dir / "decisions.json").read_text())
-    return answer_card(_settings(str(run_dir / "config.json")), run_dir, decisions, []), decisions, run_dir
+    return answer_card(_settings(str(run_dir / "config.json")), RunDir(run_dir), decisions, []), decisions, run_dir
 
 
 def test_knobs_run_card_quotes_the_pooled_block_figure_against_the_best_preset():
@@ -52,7 +54,7 @@ def test_host_behind_block_batches_are_a_confidence_line():
 
 def test_summary_rows_are_paired_ratios_against_no_overlap(tmp_path):
     _, decisions, run_dir = _card("knobs-llama3-70b-x2")
-    rows = summary_rows(run_dir, decisions)
+    rows = summary_rows(load_sessions(RunDir(run_dir)), decisions)
     assert [r["group"] for r in rows] == ["qkv", "proj", "fc1", "fc2", "block"]
     block = rows[-1]
     chosen = [b for b in block["bars"] if b["kind"] == "chosen"][0]

@@ -12,6 +12,7 @@ import pytest
 
 from tptune.cli.main import _settings
 from tptune.report.card import _preset, answer_card
+from tptune.records.run_dir import RunDir
 from tptune.report.render import card_markdown, render_report
 from tptune.settings.resolve import load_config_files, resolve
 from tptune.stats.efficiency import Efficiency
@@ -62,9 +63,9 @@ def test_no_tp_chosen_says_to_train_without_tp_and_names_the_per_tp_files(tmp_pa
     files = {"model_tp": 1, "default": None,
              "sets": {"2": {"tp": 2, "files": {"chunked_cfg": "chunked_cfg.tp2.yaml"}, "status": "unproven", "why": why}}}
     s = settings()
-    card = answer_card(s, tmp_path, decisions(1, files), [])
+    card = answer_card(s, RunDir(tmp_path), decisions(1, files), [])
     assert card["load"] == [] and card["flags"] is None and card["efficiency"] is None
-    md = card_markdown(s, tmp_path, decisions(1, files), [])
+    md = card_markdown(s, RunDir(tmp_path), decisions(1, files), [])
     assert "**Model TP: 1**" in md and "**Train without tensor parallelism (TP 1)**" in md
     assert "**Load**" not in md and "tp_comm_overlap_cfg" not in md
     assert f"- TP 2, unproven ({why}): `chunked_cfg.tp2.yaml`" in md
@@ -78,11 +79,11 @@ def test_model_tp_loads_the_default_set_unsuffixed_and_names_the_others(tmp_path
     (tmp_path / "megatron_flags.txt").write_text("# tuned\n--sequence-parallel\n--tp-comm-overlap\n")
     s = settings("te")
     dec = decisions(2, files, overlapped=True)
-    card = answer_card(s, tmp_path, dec, [])
+    card = answer_card(s, RunDir(tmp_path), dec, [])
     assert [f["name"] for f in card["load"]] == UNSUFFIXED
     assert card["flags"] == "--sequence-parallel --tp-comm-overlap"
     assert card["efficiency"].startswith("60% [40, 80]")
-    md = card_markdown(s, tmp_path, dec, [])
+    md = card_markdown(s, RunDir(tmp_path), dec, [])
     assert ("**Load** (all in this folder: the TP 2 files, proven on the block: won on the block and passed "
             "its numerics check):") in md
     assert "`tptune check` of these files: ok." in md
@@ -95,7 +96,7 @@ def test_nothing_passed_at_the_model_tp_lists_no_file_to_load(tmp_path):
     files = {"model_tp": 2, "default": None,
              "sets": {"2": te_set(2, "failed", "every overlapped setting failed the numerics check", ok=False,
                                   problems=["qkv_fprop: ring_exchange needs sequence parallelism"])}}
-    md = card_markdown(settings("te"), tmp_path, decisions(2, files, overlapped=True), [])
+    md = card_markdown(settings("te"), RunDir(tmp_path), decisions(2, files, overlapped=True), [])
     assert "**Train at TP 2 without TP comm overlap**" in md and "**Load**" not in md
     assert "- TP 2, **failed** (every overlapped setting failed the numerics check): `tp_comm_overlap_cfg.tp2.yaml`" in md
 
@@ -108,10 +109,10 @@ def test_a_run_recorded_before_meta_files_renders_from_its_folder(tmp_path, back
     for name in ("tp_comm_overlap_cfg.yaml", "tp_comm_overlap_cfg.tp2.yaml", "ub_cfgs.json", "chunked_cfg.yaml"):
         (tmp_path / name).write_text("{}\n")
     s = settings(backend)
-    card = answer_card(s, tmp_path, decisions(2, overlapped=True), [])
+    card = answer_card(s, RunDir(tmp_path), decisions(2, overlapped=True), [])
     want = ["tp_comm_overlap_cfg.yaml", "ub_cfgs.json"] + (["chunked_cfg.yaml"] if backend == "torch" else [])
     assert [f["name"] for f in card["load"]] == want
-    md = card_markdown(s, tmp_path, decisions(1), [])
+    md = card_markdown(s, RunDir(tmp_path), decisions(1), [])
     assert "**Load**" not in md and "**Train without tensor parallelism (TP 1)**" in md
     listed = ("- TP 2, not graded (decisions.json lists no files: the layout before tptune graded them): "
               "`tp_comm_overlap_cfg.tp2.yaml`")
@@ -126,10 +127,10 @@ def test_tptunes_own_block_combinations_are_never_presets():
     run = ROOT / "results" / "fp8-current-llama3-70b-x2"
     dec = json.loads((run / "decisions.json").read_text())
     s = _settings(str(run / "config.json"))
-    card = answer_card(s, run, dec, [])
+    card = answer_card(s, RunDir(run), dec, [])
     assert card["block"]["best_preset"]["variant"] == "ub.nvidia_fp8_tp2"
     assert [r["variant"] for r in card["block"]["own"]] == ["ub.fastest_tp2"]
-    md = card_markdown(s, run, dec, [])
+    md = card_markdown(s, RunDir(run), dec, [])
     assert "| best preset, `nvidia_fp8_tp2` |" in md and "| tptune's fastest combination, `fastest_tp2` |" in md
     assert "best preset, `fastest" not in md
 
@@ -140,10 +141,10 @@ def test_defaults_adapted_to_the_model_are_named_on_the_card(tmp_path):
                  parallel={"memory_check": False})
     dec = decisions(2, overlapped=True)
     dec["ops"] = {op: dec["ops"][op] for op in ("qkv", "proj")}
-    md = card_markdown(s, tmp_path, dec, [])
+    md = card_markdown(s, RunDir(tmp_path), dec, [])
     assert "ops: qkv, proj: the default (ops: auto) takes the ops mixtral-8x7b-v0.1.config runs under TP " \
            "overlap; it leaves out fc1, fc2: every layer is an MoE layer without shared experts" in md
-    assert "the default (ops: auto)" not in card_markdown(settings(), tmp_path, decisions(2, overlapped=True), [])
+    assert "the default (ops: auto)" not in card_markdown(settings(), RunDir(tmp_path), decisions(2, overlapped=True), [])
 
 
 def test_a_cpu_report_speaks_of_the_cpu_says_the_noise_once_and_the_tps_measured(tmp_path):
@@ -158,7 +159,7 @@ def test_a_cpu_report_speaks_of_the_cpu_says_the_noise_once_and_the_tps_measured
     (run / "decisions.json").write_text(json.dumps(dec))
     s = _settings(str(run / "config.json"))
     s = dataclasses.replace(s, device="cpu", config={**s.config, "tp_sizes": [2, 4]})
-    text = render_report(s, run, run / "report.md").read_text()
+    text = render_report(s, RunDir(run), run / "report.md").read_text()
     assert text.count(warning) == 1
     assert "TP sizes measured: 2 of the candidates 2, 4" in text and "tried from" not in text
     assert "GPU time" not in text and "GPU·s" not in text and "GPU-held" not in text
@@ -174,7 +175,7 @@ def test_no_tp_where_no_layout_fits_is_not_train_without_tp(tmp_path):
     dec["meta"]["memory"] = {"status": "no_fit", "floor_tp": None, "effective_tp": None,
                              "why": "no TP up to 2 fits, and no TP x PP layout up to PP=80 fits either"}
     s = settings("te")
-    md = card_markdown(s, tmp_path, dec, [])
+    md = card_markdown(s, RunDir(tmp_path), dec, [])
     assert "Train without tensor parallelism" not in md
     assert "**No answer for this node's memory**" in md and "no TP x PP layout up to PP=80" in md
     assert "- TP 2, proven" in md

@@ -7,6 +7,8 @@ import statistics
 import pytest
 
 from tptune.decide.summary import measurement_summary
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_sessions
 
 from tptune.decide.points import bound_faults, tied_with
 
@@ -219,7 +221,7 @@ def test_summary_warns_when_the_canary_moved_beyond_the_floor(tmp_path):
     _session(tmp_path, "fc2", "point", {"case": "fc1-tp2-ub.te", "t": 200.0, "ms": 10.5})
     _session(tmp_path, "proj", "point", {"case": "fc1-tp2-ub.te", "t": 400.0, "ms": None, "error": "oom"})
     _session(tmp_path, "proj", "dgrad.ring_exchange/step0", None)
-    s = measurement_summary(tmp_path, {"qkv": {2: _point()}}, FLOOR)
+    s = measurement_summary(load_sessions(RunDir(tmp_path)), {"qkv": {2: _point()}}, FLOOR)
     assert [c["t"] for c in s["canary"]] == [100.0, 200.0, 300.0]      # time order, failed canary left out
     assert s["canary_drift"] == {"fc1-tp2-ub.te": pytest.approx(0.05)}
     assert s["worst_drift"] == pytest.approx(0.05) and s["noisy"] is True
@@ -233,7 +235,7 @@ def test_summary_quiet_when_the_canary_held(tmp_path):
     _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.1})
     # another TP's canary is another case: its different time is not drift
     _session(tmp_path, "fc2", "point", {"case": "fc1-tp4-ub.te", "t": 3.0, "ms": 6.0})
-    s = measurement_summary(tmp_path, {"qkv": {2: _point()}}, FLOOR)
+    s = measurement_summary(load_sessions(RunDir(tmp_path)), {"qkv": {2: _point()}}, FLOOR)
     assert s["canary_drift"] == {"fc1-tp2-ub.te": pytest.approx(0.01), "fc1-tp4-ub.te": None}
     assert s["worst_drift"] == pytest.approx(0.01)
     assert s["noisy"] is False and s["warning"] is None
@@ -245,14 +247,14 @@ def test_summary_counts_bound_faults_and_host_flags(tmp_path):
     f2 = {"bound": "fc1-tp4-nocomm", "above": "fc1-tp4-ub.te", "ratio": 1.04}
     by_op = {"qkv": {2: _point([f1], host_bound=["qkv-tp2-none"], behind=[TE])},
              "fc1": {2: _point(), 4: _point([f2], host_bound=["qkv-tp2-none", "fc1-tp4-none"])}}
-    s = measurement_summary(tmp_path, by_op, FLOOR)
+    s = measurement_summary(load_sessions(RunDir(tmp_path)), by_op, FLOOR)
     assert s["bound_faults"] == [f1, f2]
     assert s["warning"] == "2 bound fault(s): see below."
     assert s["host_bound"] == ["fc1-tp4-none", "qkv-tp2-none"] and s["host_behind"] == [TE]
     assert s["worst_drift"] is None and s["noisy"] is False
     # with drift too, both in one warning
     _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.4})
-    s = measurement_summary(tmp_path, by_op, FLOOR)
+    s = measurement_summary(load_sessions(RunDir(tmp_path)), by_op, FLOOR)
     assert s["warning"].startswith("machine noise") and s["warning"].endswith("2 bound fault(s): see below.")
 
 
@@ -261,7 +263,7 @@ def test_summary_puts_the_canary_clock_beside_its_drift(tmp_path):
     _session(tmp_path, "qkv", "point", {"case": "fc1-tp2-ub.te", "t": 1.0, "ms": 10.0, "sm_mhz": 1980})
     _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.41, "sm_mhz": 1900})
     _session(tmp_path, "fc2", "point", {"case": "fc1-tp2-ub.te", "t": 3.0, "ms": 10.2})    # no NVML there
-    s = measurement_summary(tmp_path, {"qkv": {2: _point()}}, FLOOR)
+    s = measurement_summary(load_sessions(RunDir(tmp_path)), {"qkv": {2: _point()}}, FLOOR)
     c = s["canary_clock"]["fc1-tp2-ub.te"]
     assert (c["sm_mhz_min"], c["sm_mhz_max"]) == (1900, 1980)
     assert c["sm_mhz_drift"] == pytest.approx(1980 / 1900 - 1)
@@ -272,7 +274,7 @@ def test_summary_puts_the_canary_clock_beside_its_drift(tmp_path):
 def test_summary_has_no_clock_without_two_clocked_canaries(tmp_path):
     _session(tmp_path, "qkv", "point", {"case": "fc1-tp2-ub.te", "t": 1.0, "ms": 10.0, "sm_mhz": 1980})
     _session(tmp_path, "fc1", "point", {"case": "fc1-tp2-ub.te", "t": 2.0, "ms": 10.1})
-    assert measurement_summary(tmp_path, {"qkv": {2: _point()}}, FLOOR)["canary_clock"] == {}
+    assert measurement_summary(load_sessions(RunDir(tmp_path)), {"qkv": {2: _point()}}, FLOOR)["canary_clock"] == {}
 
 
 def test_batch_step_finds_a_level_change_inside_one_round():
@@ -297,5 +299,5 @@ def test_batch_step_finds_a_level_change_inside_one_round():
 
 def test_summary_lists_the_settings_that_stepped(tmp_path):
     by_op = {"qkv": {2: {**_point(), "stepped": ["qkv-tp2-ub.te"]}}, "fc1": {2: {**_point(), "stepped": ["fc1-tp2-none"]}}}
-    s = measurement_summary(tmp_path, by_op, FLOOR)
+    s = measurement_summary(load_sessions(RunDir(tmp_path)), by_op, FLOOR)
     assert s["stepped"] == ["fc1-tp2-none", "qkv-tp2-ub.te"] and s["step_limit"] == pytest.approx(0.04)

@@ -83,9 +83,11 @@ def test_pooling_takes_each_session_as_a_block():
 
 def test_pooled_block_figure_of_the_knobs_run_on_its_recorded_sessions():
     spec = json.loads((KNOBS / "pooled_with.json").read_text())
+    from tptune.records.sessions import load_session
+
     blocks = pooled.session_blocks(
-        [("rep1", KNOBS / "sessions/layer/tp2", "layer-tp2-ub.tuned_tp2", "layer-tp2-ub.nvidia_bf16_tp2")] +
-        [(o["session"], KNOBS / o["session"], o["tuned"], "layer-tp2-ub.nvidia_bf16_tp2") for o in spec])
+        [("rep1", load_session(KNOBS / "sessions/layer/tp2"), "layer-tp2-ub.tuned_tp2", "layer-tp2-ub.nvidia_bf16_tp2")] +
+        [(o["session"], load_session(KNOBS / o["session"]), o["tuned"], "layer-tp2-ub.nvidia_bf16_tp2") for o in spec])
     p = pooled.pooled_ratio(blocks)
     assert p.rounds == 22 and len(p.sessions) == 4
     assert (round(p.ratio, 3), round(p.lo, 3), round(p.hi, 3)) == (0.977, 0.974, 0.980)
@@ -154,6 +156,7 @@ def test_the_block_decides_between_the_tuned_and_the_finalists_combination(tmp_p
     import types
 
     from tptune.decide.layer import layer_record
+    from tptune.records.sessions import load_session
 
     from tptune.model.spec import load_model
 
@@ -173,7 +176,7 @@ def test_the_block_decides_between_the_tuned_and_the_finalists_combination(tmp_p
             runs[cid] = f"{m.name}/run.json"
         (d / "sessions" / "layer" / "tp2" / "session.json").write_text(
             json.dumps({"session": "layer/tp2", "runs": runs, "rounds": 4, "stop": "x"}))
-        return d
+        return load_session(d / "sessions" / "layer" / "tp2")
 
     tuned, fast, none = "layer-tp2-ub.tuned_tp2", "layer-tp2-ub.fastest_tp2", "layer-tp2-none"
     drift = [1.0, 1.01, 0.99, 1.0]

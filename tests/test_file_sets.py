@@ -15,6 +15,7 @@ from tptune.te import megatron_flags as mf
 from tptune.te.check import check_pair, read_flags, switches_from_overrides
 from tptune.te.methods import knob_candidates, with_knob
 from tptune.te.ubcfg import compose_ub_cfgs, load_preset, op_entries
+from tptune.records.run_dir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOBS = ROOT / "results" / "knobs-llama3-70b-x2"
@@ -72,7 +73,7 @@ def test_a_rederived_run_writes_one_set_per_tp_and_removes_another_decisions_fil
     (run / "megatron_flags.txt").write_text("--tp-comm-overlap\n")   # another decision's switches
     cfg = json.loads((run / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
-    rederive(resolve(cfg, base_dir=ROOT, check_hardware=False), run)
+    rederive(resolve(cfg, base_dir=ROOT, check_hardware=False), RunDir(run))
     files = json.loads((run / "decisions.json").read_text())["meta"]["files"]
     assert files["default"] == "2" and set(files["sets"]) == {"2"}
     assert not (run / "tp_comm_overlap_cfg.tp4.yaml").exists()
@@ -104,7 +105,7 @@ def test_a_tp_whose_every_overlapped_block_setting_failed_gets_no_files(tmp_path
         if "-ub." in r.get("case", rj.parent.name) or rj.parent.name.startswith("ub."):
             r["correctness"] = {"ok": False, "failed": ["input_grad"], "criterion": "planted"}
             rj.write_text(json.dumps(r))
-    rederive(s, run)
+    rederive(s, RunDir(run))
     files = json.loads((run / "decisions.json").read_text())["meta"]["files"]
     assert files["sets"]["2"]["status"] == status and files["sets"]["2"]["files"] == {}
     assert files["default"] is None
@@ -117,19 +118,19 @@ def test_without_a_block_mixed_dgrad_choices_are_restricted_to_one_switch_set_an
     the combination. One tp_comm_overlap_rs_dgrad cannot serve both, so decide writes the per-op choices
     within one dgrad mode (the likelier by the ops' estimates), checked, marked UNPROVEN in the file."""
     from tptune.decide.files import te_sets
-    from tptune.decide.points import recorded_points
+    from tptune.decide.answer import recorded_points
     from tptune.settings.resolve import resolve
 
     cfg = json.loads((KNOBS / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
     cfg["layer"]["enabled"] = False
     s = resolve(cfg, base_dir=ROOT, check_hardware=False)
-    points = {op: recorded_points(KNOBS, op, [2]) for op in OPS}
+    points = {op: recorded_points(RunDir(KNOBS), op, [2]) for op in OPS}
     # the search result of a run whose qkv reduce-scatter dgrad failed: qkv's best is a bulk setting
     qkv = points["qkv"][2]
     qkv["candidates"] = {c: p for c, p in qkv["candidates"].items() if "dgrad.ring" not in c}
     meta = {"model": "llama3-70b", "workload": {"seq_length": 8192}, "model_tp": 2}
-    sets = te_sets(s, tmp_path, points, {}, [2], meta)
+    sets = te_sets(s, RunDir(tmp_path), points, {}, [2], meta)
     rec = sets["2"]
     assert rec["status"] == "unproven" and "restricted to the bulk dgrad combination" in rec["why"], rec["why"]
     ub = yaml.safe_load((tmp_path / "tp_comm_overlap_cfg.tp2.yaml").read_text())

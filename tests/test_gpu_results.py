@@ -9,6 +9,7 @@ from tptune.model.ops import TE_GEMMS
 from tptune.te.ubcfg import validate_ub_cfgs
 from tptune.trace import load_trace, summarize, trace_metrics
 from tptune.trace.classify import classify
+from tptune.records.run_dir import RunDir
 
 from conftest import FIXTURES, ROOT
 
@@ -117,7 +118,7 @@ def test_gpu_run_rederives_to_its_committed_decisions(src, tmp_path):
 
     run = tmp_path / src.name
     shutil.copytree(src, run)
-    rederive(_settings(run), run)
+    rederive(_settings(run), RunDir(run))
     got = json.loads((run / "decisions.json").read_text())
     want = json.loads((src / "decisions.json").read_text())
     assert got["meta"]["model_tp"] == want["meta"]["model_tp"] == 2
@@ -288,7 +289,7 @@ def test_report_says_which_op_figures_are_not_gpu_time(tmp_path):
                 for b in r["host"]["batches"]:
                     b.update(host_ahead=False, check="failed")
                 rj.write_text(json.dumps(r))
-        rederive(_settings(run), run)
+        rederive(_settings(run), RunDir(run))
         text = (run / "report.md").read_text()
         got = {op for op in ("qkv", "proj", "fc1", "fc2") if f"**{op}: not GPU time" in text}
         assert got == want
@@ -322,9 +323,9 @@ def test_knob_runs_emit_the_reduce_scatter_dgrad_and_beat_nvidia_on_the_block():
 
 def _verify_ratio(folder, op, a, b):
     from tptune.stats.noise import compare_points
-    from tptune.records.sessions import read_session
+    from tptune.records.sessions import load_session
 
-    _, runs = read_session(RS_DGRAD / folder / "sessions" / op / "tp2", ".")
+    runs = load_session(RS_DGRAD / folder / "sessions" / op / "tp2").points
     return compare_points(runs[f"{op}-tp2-{a}"], runs[f"{op}-tp2-{b}"], floor=0.02, tie="b").ratio
 
 
@@ -391,7 +392,7 @@ def test_recorded_steps_are_listed_and_a_longer_preroll_damps_them(tmp_path):
 
     run = tmp_path / KNOBS.name
     shutil.copytree(KNOBS, run)
-    rederive(_settings(run), run)
+    rederive(_settings(run), RunDir(run))
     m = json.loads((run / "decisions.json").read_text())["meta"]["measurement"]
     assert "fc1-tp2-none" in m["stepped"] and "proj-tp2-none" not in m["stepped"]
     assert "inside one batch" in (run / "report.md").read_text()
@@ -488,9 +489,9 @@ def test_the_emitted_file_still_beats_nvidia_on_the_block_with_the_window():
     0.978 [0.974, 0.982] of NVIDIA's tp2 preset over 6 rounds; every block batch counted in one attempt."""
     r = _verify_ratio("emitted-window", "layer", "ub.user1", "ub.nvidia_bf16_tp2")
     assert r.rounds == 6 and r.hi < 0.985
-    from tptune.records.sessions import read_session
+    from tptune.records.sessions import load_session
 
-    _, runs = read_session(RS_DGRAD / "emitted-window" / "sessions" / "layer" / "tp2", ".")
+    runs = load_session(RS_DGRAD / "emitted-window" / "sessions" / "layer" / "tp2").points
     for p in runs.values():
         assert all(b["attempts"] == 1 and b["check"] == "queue" for b in p["host"]["batches"])
 

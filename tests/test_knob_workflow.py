@@ -18,7 +18,8 @@ from tptune.records.points import make_point
 from tptune.te.ubcfg import case_ub_cfgs
 from tptune.settings.resolve import resolve
 from tptune.search.steps import dimensions, point_members, step_cases, step_record
-from tptune.records.sessions import read_session, session_dir, step_session_name
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session
 
 ROUND_FACTORS = [1.0, 1.012, 0.991, 1.004]      # drift shared by every member of a session
 GPU_S = 5.0                                      # per session, as session.json records it
@@ -68,7 +69,7 @@ def run_search(s, run_dir, op="proj", model=pipeline_sm8, limit=60):
     for step in range(limit):
         cases = step_cases(s, op, 2, "knobs", prev)
         assert cases, f"step {step}: nothing to measure"
-        write_session(run_dir, str(session_dir(".", op, 2, step_session_name("knobs", step))),
+        write_session(run_dir, str(RunDir(".").step_session(op, 2, "knobs", step)),
                       [c.id for c in cases], model)
         rec = json.loads(json.dumps(step_record(s, op, 2, "knobs", step, prev, run_dir)))
         records.append(rec)
@@ -145,7 +146,7 @@ def test_decisions_and_report_of_a_knob_run(tmp_path, pool_dir):
     write_session(run, "sessions/proj/tp2/point", [c.id for c in members])
     build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.config.get("hardware")), s.ops).write_parquet(
         run / "plan.parquet")
-    rederive(s, run)
+    rederive(s, RunDir(run))
     dec = json.loads((run / "decisions.json").read_text())["ops"]["proj"]
     assert dec["config"]["case"] == records[-1]["best_case"]
     k = dec["knob_search"]["2"]
@@ -164,7 +165,8 @@ def test_long_member_folders_are_hashed_and_read_back(tmp_path, pool_dir, monkey
     monkeypatch.setattr(cases, "MAX_DIR_NAME", 40)       # every spelled-out knob setting is longer
     s = _settings(pool_dir)
     records = run_search(s, tmp_path)
-    sess, runs = read_session(tmp_path, records[-1]["sessions"][-1]["session"])
+    recorded = load_session(tmp_path / records[-1]["sessions"][-1]["session"])
+    sess, runs = recorded.record, recorded.points
     assert all(len(p.split("/")[0]) <= 40 and "+h" in p for p in sess["runs"].values())
     assert set(runs) == set(records[-1]["sessions"][-1]["values"])
     c = parse_case_id(records[-1]["best_case"])

@@ -5,6 +5,8 @@ import types
 from pathlib import Path
 
 from tptune.decide.layer import layer_record
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session
 from tptune.model.spec import load_model
 
 DRIFT = [1.0, 1.01, 0.99, 1.0]
@@ -15,7 +17,7 @@ S = types.SimpleNamespace(config={"decision": {"noise_floor": 0.02}, "layer": {"
 
 
 def _session(run_dir, members):
-    """members: {case id: (block ms, numerics ok)} -> sessions/layer/tp2 as Launcher.session writes it."""
+    """members: {case id: (block ms, numerics ok)} -> sessions/layer/tp2 as Launcher.session writes it, read back."""
     d = run_dir / "sessions" / "layer" / "tp2"
     runs = {}
     for cid, (ms, ok) in members.items():
@@ -30,7 +32,7 @@ def _session(run_dir, members):
         runs[cid] = f"{m.name}/run.json"
     (d / "session.json").write_text(json.dumps({"session": "layer/tp2", "runs": runs, "rounds": 4,
                                                 "stop": "resolved after 4 rounds"}))
-    return run_dir
+    return load_session(d)
 
 
 def test_tuned_that_fails_numerics_gives_way_to_the_fastest_passing_setting(tmp_path):
@@ -81,7 +83,7 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
         faster = 0.99 if op == "qkv" else 1.05
         pts[op] = {"none": _pt(f"{op}-tp2-none", 12.0), "nocomm": _pt(f"{op}-tp2-nocomm", 9.0),
                    "candidates": {cheap: _pt(cheap, 10.0), preset: _pt(preset, 10.0 * faster)}}
-    members, tuned = layer_members(s, 2, pts, tmp_path)
+    members, tuned = layer_members(s, 2, pts, RunDir(tmp_path))
     ids = [c.id for c in members]
     assert tuned.id == "layer-tp2-ub.tuned_tp2" and "layer-tp2-ub.fastest_tp2" in ids
     fast = yaml.safe_load((tmp_path / "presets" / "fastest_tp2.yaml").read_text())
@@ -92,7 +94,7 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
     # when every op's fastest is its chosen setting, nothing is added
     for op in pts:
         pts[op]["candidates"] = {k: v for k, v in pts[op]["candidates"].items() if "nvidia" not in k}
-    members, _ = layer_members(s, 2, pts, tmp_path / "b")
+    members, _ = layer_members(s, 2, pts, RunDir(tmp_path / "b"))
     assert "layer-tp2-ub.fastest_tp2" not in [c.id for c in members]
 
 
@@ -117,7 +119,7 @@ def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_
         ring = f"{op}-tp2-ub.te+fprop.ring"
         pts[op] = {"none": _pt(f"{op}-tp2-none", 12.0), "nocomm": _pt(f"{op}-tp2-nocomm", 9.0),
                    "candidates": {ring: _pt(ring, 10.0)}}
-    members, tuned = layer_members(s, 2, pts, tmp_path)
+    members, tuned = layer_members(s, 2, pts, RunDir(tmp_path))
     ids = [c.id for c in members]
     assert tuned.id == "layer-tp2-ub.tuned_tp2" and "layer-tp2-ub.tuned_other_dgrad_tp2" in ids
     d = tmp_path / "presets"

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import ROOT
 from tptune.decide.summary import measurement_summary
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session, load_sessions
 from tptune.stats import session_noise as sn
 from tptune.stats.rounds import log_ratio_interval
 
@@ -81,7 +83,7 @@ def test_a_run_whose_sessions_are_noisier_than_the_budget_resolves_is_warned(tmp
     _write_session(tmp_path, "fc1/tp2/point",      # fc1: 0.5%, well inside
                    {"fc1-tp2-ub.te": _noisy(17.0, 0.0035, 6, rng), "fc1-tp2-none": _noisy(17.2, 0.0035, 6, rng)},
                    leader="fc1-tp2-ub.te")
-    noise = sn.op_noise(tmp_path)
+    noise = sn.op_noise(load_sessions(RunDir(tmp_path)))
     assert set(noise) == {"qkv", "fc1"}
     assert noise["qkv"]["pairs"] == 3 and noise["qkv"]["sessions"] == 3 and noise["qkv"]["df"] == 15
     assert noise["qkv"]["typical_sd"] > 0.019 and noise["fc1"]["typical_sd"] < 0.01
@@ -95,7 +97,7 @@ def test_a_run_whose_sessions_are_noisier_than_the_budget_resolves_is_warned(tmp
         n["max_rounds"] = 40
     assert sn.noise_warning(noise, 0.02) is None
     # measurement_summary puts it in the report's warning, beside the canary's
-    s = measurement_summary(tmp_path, {}, 0.02)
+    s = measurement_summary(load_sessions(RunDir(tmp_path)), {}, 0.02)
     assert s["session_noisy"] and s["warning"].startswith("session noise:")
     assert s["session_noise_limits"]["qkv"] == pytest.approx(sn.resolvable_sd(0.02, 6))
 
@@ -106,18 +108,18 @@ def test_a_quiet_run_is_not_warned_and_rounds_pair_by_round_id(tmp_path):
     lead = _noisy(3.0, 0.003, 6, rng)
     _write_session(tmp_path, "proj/tp2/point", {"proj-tp2-ub.te": lead, "proj-tp2-none": [x * 1.05 for x in lead[:3]]},
                    leader="proj-tp2-ub.te")
-    noise = sn.op_noise(tmp_path)
+    noise = sn.op_noise(load_sessions(RunDir(tmp_path)))
     assert noise["proj"]["df"] == 2 and noise["proj"]["sd"] == pytest.approx(0.0, abs=1e-12)
     assert sn.noise_warning(noise, 0.02) is None
-    assert measurement_summary(tmp_path, {}, 0.02)["warning"] is None
+    assert measurement_summary(load_sessions(RunDir(tmp_path)), {}, 0.02)["warning"] is None
 
 
 def test_committed_x2_runs(tmp_path):
     """The committed 2xH200 sessions: a quiet run and the FP8 run whose proj was host-bound at TP 2."""
-    quiet = sn.op_noise(ROOT / "results/stability-llama3-70b-x2/rep1")
+    quiet = sn.op_noise(load_sessions(RunDir(ROOT / "results/stability-llama3-70b-x2/rep1")))
     assert set(quiet) == {"qkv", "proj", "fc1", "fc2", "layer"}
     assert all(n["typical_sd"] < 0.015 for n in quiet.values())
     assert sn.noise_warning(quiet, 0.02) is None
-    fp8 = sn.op_noise(ROOT / "results/fp8-llama3-70b-x2")
+    fp8 = sn.op_noise(load_sessions(RunDir(ROOT / "results/fp8-llama3-70b-x2")))
     w = sn.noise_warning(fp8, 0.02)
     assert w is not None and "(proj " in w and fp8["proj"]["typical_sd"] > 0.1

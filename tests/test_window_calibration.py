@@ -147,7 +147,8 @@ def test_window_length_benchmark_shares_the_helpers():
 
 
 def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir):
-    from tptune.cli.main import CALIBRATION_JSON, _settings
+    from tptune.cli.main import _settings
+    from tptune.records.run_dir import RunDir
     from tptune.errors import TptuneError
 
     cfg = base_config(pool_dir, ops=["qkv", "fc2"], tp_sizes=[2], op_settings={"fc2": {"timing": {"window_ms": 250}}})
@@ -167,8 +168,8 @@ def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir
     with pytest.raises(TptuneError, match="calibration/window.json holds no calibrated window"):
         _settings(str(run_json), check_hardware=True)
     assert _settings(str(run_json)).window_auto                          # bookkeeping: left as it is
-    (tmp_path / CALIBRATION_JSON).parent.mkdir()
-    (tmp_path / CALIBRATION_JSON).write_text(json.dumps({"window_ms": 1000.0}))
+    RunDir(tmp_path).calibration_dir.mkdir()
+    RunDir(tmp_path).calibration_json.write_text(json.dumps({"window_ms": 1000.0}))
     assert _settings(str(run_json), check_hardware=True).op_settings("qkv")["timing"]["window_ms"] == 1000.0
     assert _settings(str(run_json), calibrated=False).window_auto
 

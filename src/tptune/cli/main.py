@@ -13,8 +13,9 @@ import textwrap
 from pathlib import Path
 
 from tptune.errors import TptuneError
+from tptune.records import load
 from tptune.records.files import write_text_atomic
-from tptune.settings.resolve import CALIBRATION_JSON, read_calibration
+from tptune.records.run_dir import SESSION_JSON, RunDir
 
 
 def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_tps: list[int] | None = None,
@@ -37,10 +38,11 @@ def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_
     s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware, node_tps=node_tps)
     if not (calibrated and s.window_auto):
         return s
-    window = (read_calibration(Path(paths[0]).parent) or {}).get("window_ms")
+    run = RunDir(Path(paths[0]).parent)
+    window = (load.calibration(run) or {}).get("window_ms")
     if window is None:
         if check_hardware:
-            raise TptuneError(f"timing.window_ms is auto, but {Path(paths[0]).parent / CALIBRATION_JSON} holds no "
+            raise TptuneError(f"timing.window_ms is auto, but {run.calibration_json} holds no "
                               "calibrated window: the workflow's "
                               "calibrate_window rule writes it (or give timing.window_ms in ms)")
         return s
@@ -53,30 +55,31 @@ def _what_is(path) -> str:
     if not path.exists():
         return ": no such file"
     if path.is_dir():
-        return f": a folder (a run folder holds config.json: {path / 'config.json'})" \
-            if (path / "config.json").is_file() else ": a folder"
+        config_json = RunDir(path).config_json
+        return f": a folder (a run folder holds config.json: {config_json})" \
+            if config_json.is_file() else ": a folder"
     if path.suffix in (".yaml", ".yml"):
         return ": a YAML file is a run config, which `tptune validate`, `model` and `plan` take (layered over " \
                "config/config.yaml); snakemake --configfile it to make the run"
     return ""
 
 
-def _run_folder(path: str) -> Path:
+def _run_folder(path: str) -> RunDir:
     """A run folder outputs/<run> (holds config.json), or a clear error naming what ``path`` is instead."""
-    run = Path(path)
-    if not run.exists():
+    run = RunDir(path)
+    if not run.root.exists():
         raise TptuneError(f"{run}: no such folder (expected a run folder, outputs/<run>, holding config.json)")
-    if not run.is_dir():
+    if not run.root.is_dir():
         raise TptuneError(f"{run}: not a folder (expected a run folder, outputs/<run>, holding config.json)")
-    if not (run / "config.json").is_file():
+    if not run.config_json.is_file():
         raise TptuneError(f"{run}: not a run folder: no config.json in it (the workflow writes "
                           "outputs/<run>/config.json when a run starts)")
     return run
 
 
-def _run_dir(a) -> Path:
+def _run_dir(a) -> RunDir:
     """Every file of a run lies in the folder of its config.json (or of the output named)."""
-    return Path(a.config).parent if getattr(a, "config", None) else Path(a.out).parent
+    return RunDir(Path(a.config).parent if getattr(a, "config", None) else Path(a.out).parent)
 
 
 def _read_json(path: str | Path, what: str, keys: tuple[str, ...] = ()):
@@ -170,7 +173,7 @@ def _measured_settings(a, m_of):
     return s, m_of(s)
 
 
-def _measure_session(s, m: dict, cases, sdir: Path, presets_dir: Path | None = None) -> dict:
+def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Path | None = None) -> dict:
     """Measure ``cases`` side by side in one session (launch.Launcher.session), exactly as the measurement
     settings ``m`` say (search.measurement), which session.json records. The drift canary opens the
     sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see the
@@ -185,7 +188,7 @@ def _measure_session(s, m: dict, cases, sdir: Path, presets_dir: Path | None = N
     if presets_dir is not None:
         op_settings["te"] = {"presets_dirs": [str(presets_dir.resolve())]}
     rec = Launcher(s.launcher_settings()).session(
-        cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
+        cases, s.model, sdir, op_settings, session_id=run.session_name(sdir),
         contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
         margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
         always=m["always"], record={**m, **({"injected_faults": faults} if faults else {})})
@@ -206,7 +209,7 @@ def cmd_analyze_case(a) -> int:
 def cmd_analyze_session(a) -> int:
     from tptune.decide.analyze import analyze_session
 
-    _read_json(Path(a.session) / "session.json", "a session's session.json (--session is the folder holding it)",
+    _read_json(Path(a.session) / SESSION_JSON, "a session's session.json (--session is the folder holding it)",
                ("runs",))
     analyze_session(Path(a.session), Path(a.out))
     return 0
@@ -217,72 +220,76 @@ def cmd_search_step(a) -> int:
 
     s = _settings(a.config)
     prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
-    _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a)))
+    _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a).root))
     return 0
 
 
 def cmd_measure_step(a) -> int:
     from tptune.search.steps import step_cases
     from tptune.search.measurement import step_measurement
-    from tptune.records.sessions import session_dir, step_session_name
-
     prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
     s, m = _measured_settings(a, lambda s: step_measurement(s, a.op, a.tp, a.dim, prev))
     cases = step_cases(s, a.op, a.tp, a.dim, prev)
     if not cases:
         raise TptuneError(f"{a.op} TP={a.tp} {a.dim} step {a.step}: nothing to measure")
-    _measure_session(s, m, cases, session_dir(_run_dir(a), a.op, a.tp, step_session_name(a.dim, a.step)))
+    run = _run_dir(a)
+    _measure_session(s, m, cases, run, run.step_session(a.op, a.tp, a.dim, a.step))
     return 0
 
 
 def cmd_measure_point(a) -> int:
     from tptune.search.steps import point_members
     from tptune.search.measurement import point_measurement
-    from tptune.records.sessions import session_dir
 
-    run_dir = _run_dir(a)
-    results = json.loads((run_dir / "search" / a.op / f"tp{a.tp}" / "results.json").read_text())
+    run = _run_dir(a)
+    results = load.tp_results(run, a.op, a.tp)
     s, m = _measured_settings(a, lambda s: point_measurement(s, a.op, a.tp, results))
     members, _ = point_members(s, a.op, a.tp, results)
-    _measure_session(s, m, members, session_dir(run_dir, a.op, a.tp, "point"))
+    _measure_session(s, m, members, run, run.point_session(a.op, a.tp))
     return 0
 
 
 def cmd_tp_point(a) -> int:
     from tptune.decide.points import tp_point
+    from tptune.records.sessions import load_session
 
     s = _settings(a.config)
-    _write_json(a.out, tp_point(s, a.op, a.tp, _run_dir(a)))
+    run = _run_dir(a)
+    _write_json(a.out, tp_point(s, a.op, a.tp, load.tp_results(run, a.op, a.tp),
+                                load_session(run.point_session(a.op, a.tp))))
     return 0
 
 
 def cmd_layer(a) -> int:
     """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
-    from tptune.decide.layer import layer_members, layer_record, presets_dir, write_layer
+    from tptune.decide.layer import layer_members, layer_record, write_layer
+    from tptune.records.sessions import load_session
     from tptune.search.measurement import layer_measurement
 
-    run_dir = _run_dir(a)
+    run = _run_dir(a)
     if a.measure:
         s, m = _measured_settings(a, lambda s: layer_measurement(s, a.tp))
     else:
         s, m = _settings(a.config), None
-    points = {op: json.loads((run_dir / "search" / op / f"tp{a.tp}" / "point.json").read_text()) for op in s.ops}
-    members, tuned = layer_members(s, a.tp, points, run_dir)
+    points = {op: load.tp_point(run, op, a.tp) for op in s.ops}
+    members, tuned = layer_members(s, a.tp, points, run)
     if a.measure:
         m = {**m, "members": [c.id for c in members], "always": [tuned.id]}
-        _measure_session(s, m, members, run_dir / "sessions" / "layer" / f"tp{a.tp}", presets_dir=presets_dir(run_dir))
-    write_layer(Path(a.out), layer_record(s, a.tp, run_dir, tuned.id))
+        _measure_session(s, m, members, run, run.layer_session(a.tp), presets_dir=run.presets)
+    write_layer(Path(a.out), layer_record(s, a.tp, load_session(run.layer_session(a.tp)), tuned.id))
     return 0
 
 
 def cmd_tp_step(a) -> int:
-    from tptune.decide.tp import tp_step
+    from tptune.decide.tp import memory_floor, tp_step
     from tptune.decide.points import with_verdict
+    from tptune.records.sessions import recorded_gpu_memory
 
     s = _settings(a.config)
-    points = {pt["tp"]: with_verdict(_run_dir(a), pt)
+    run = _run_dir(a)
+    points = {pt["tp"]: with_verdict(pt, load.point_analysis(run, pt["op"], pt["tp"]))
               for pt in (_read_json(p, "a TP point's point.json (--points)", ("tp",)) for p in a.points)}
-    _write_json(a.out, tp_step(s, a.op, a.tp, points, _run_dir(a)))
+    _write_json(a.out, tp_step(s, a.op, a.tp, points, memory_floor(s, recorded_gpu_memory(run))))
     return 0
 
 
@@ -319,8 +326,8 @@ def cmd_rederive(a) -> int:
 
     run = _run_folder(a.run_dir)
     check_recorded(run)
-    s = _settings(str(run / "config.json"))
-    for note in rederive(s, Path(a.run_dir)):
+    s = _settings(str(run.config_json))
+    for note in rederive(s, run):
         print(note)
     print(f"re-derived {a.run_dir}")
     return 0
@@ -359,10 +366,10 @@ def cmd_calibrate_window(a) -> int:
         raise TptuneError("give the run's config file(s) or --run-config (a run's config.json), not both")
     if a.run_config:
         s = _settings(a.run_config, check_hardware=True, calibrated=False, node_tps=[1])
-        out = Path(a.out) if a.out else Path(a.run_config).parent / Path(CALIBRATION_JSON).parent
+        out = Path(a.out) if a.out else RunDir(Path(a.run_config).parent).calibration_dir
     else:
         s = load_sharded(a.config)[0]
-        out = Path(a.out) if a.out else Path("outputs") / s.run / Path(CALIBRATION_JSON).parent
+        out = Path(a.out) if a.out else RunDir.of_run(s.run).calibration_dir
     try:
         windows = sorted({float(x) for x in a.windows.split(",")})
     except ValueError:
@@ -404,13 +411,15 @@ def cmd_check_run(a) -> int:
     written before, says which at its top)."""
     from tptune.records.run_status import check_run_dir, run_failures
 
-    run_dir = check_run_dir(Path(a.run_dir))
-    stages = run_failures(run_dir)["stages"]
+    from tptune.records.sessions import load_sessions
+
+    run_dir = check_run_dir(a.run_dir)
+    stages = run_failures(load_sessions(run_dir))["stages"]
     for st in stages:
         print(f"tptune: {st['stage']} failed: {st['headline']} ({st['reason']})",
               file=sys.stderr)
     if stages:
-        print(f"tptune: {run_dir}/report.md says so at its top; fix the cause, then re-measure with "
+        print(f"tptune: {run_dir.report_md} says so at its top; fix the cause, then re-measure with "
               f"snakemake -R $(tptune failed {run_dir})", file=sys.stderr)
         return 1
     _write_json(a.out, {"ok": True})

@@ -8,54 +8,55 @@ import shutil
 from pathlib import Path
 
 from tptune.errors import TptuneError
+from tptune.records import load
+from tptune.records.run_dir import SESSION_JSON, RunDir
+from tptune.records.sessions import load_session, recorded_gpu_memory
 
 
 def _write(path: Path, obj) -> None:
     path.write_text(json.dumps(obj, indent=1, default=str))
 
 
-def check_recorded(run_dir: Path) -> None:
+def check_recorded(run: RunDir) -> None:
     """Refuse, clearly, a run recorded before side-by-side sessions (nothing here can replay it)."""
-    if not (Path(run_dir) / "sessions").is_dir():
-        raise TptuneError(f"{run_dir}: no sessions/ folder: this run was recorded before side-by-side "
+    if not run.sessions.is_dir():
+        raise TptuneError(f"{run}: no sessions/ folder: this run was recorded before side-by-side "
                           "sessions and cannot be re-derived with this code; re-measure it")
 
 
-def _analysed(run_dir: Path, session_json: Path) -> None:
-    from tptune.decide.analyze import analyze_session, session_analysis_path
+def _analysed(run: RunDir, session_json: Path) -> None:
+    from tptune.decide.analyze import analyze_session
 
-    ap = session_analysis_path(run_dir, session_json)
+    ap = run.session_analysis(session_json.parent)
     if not ap.exists():
         analyze_session(session_json.parent, ap)
 
 
-def rederive(s, run_dir: Path) -> list[str]:
+def rederive(s, run: RunDir) -> list[str]:
     from tptune.decide.analyze import collect
     from tptune.decide.answer import decide
-    from tptune.decide.tp import tp_step
+    from tptune.decide.tp import memory_floor, tp_step
     from tptune.decide.points import tp_point, with_verdict
-    from tptune.records.sessions import session_dir, step_session_name
     from tptune.report.render import render_report
     from tptune.search.steps import dimensions, step_record
 
-    run_dir = Path(run_dir)
-    check_recorded(run_dir)
+    check_recorded(run)
     notes, finals = [], []
     sessions = []   # as the workflow's collect takes them (rules/common.smk all_sessions): per op, TP, search, step; then the point
+    mem = memory_floor(s, recorded_gpu_memory(run))
     for op in s.ops:
         points = {}
-        for tp_dir in sorted((run_dir / "search" / op).glob("tp*"), key=lambda d: int(d.name[2:])):
-            tp = int(tp_dir.name[2:])
+        for tp in run.searched_tps(op):
             results = []
             for dim in dimensions(s, op, tp):
                 prev, step = None, 0
                 while True:
-                    recorded = tp_dir / dim / f"step{step}.json"
+                    recorded = run.search_step(op, tp, dim, step)
                     if not recorded.exists():
                         raise TptuneError(f"{op} TP={tp} {dim}: the new decisions need step {step}, which the "
                                           "run did not measure; re-measure this run")
-                    old = json.loads(recorded.read_text())
-                    rec = step_record(s, op, tp, dim, step, prev, run_dir)
+                    old = load.read_json(recorded)
+                    rec = step_record(s, op, tp, dim, step, prev, run.root)
                     if rec["sessions"] != old["sessions"][:len(rec["sessions"])]:
                         raise TptuneError(f"{op} TP={tp} {dim} step {step}: the new decisions measure "
                                           f"{rec['sessions'][-1]['values']}, the run measured other points")
@@ -63,33 +64,34 @@ def rederive(s, run_dir: Path) -> list[str]:
                         notes.append(f"{op} TP={tp} {dim}: best {old.get('best')} -> {rec.get('best')}")
                     _write(recorded, rec)
                     if any(e["step"] == step for e in rec["sessions"]):
-                        sessions.append(session_dir(run_dir, op, tp, step_session_name(dim, step)) / "session.json")
+                        sessions.append(run.step_session(op, tp, dim, step) / SESSION_JSON)
                     if rec["done"]:
                         break
                     prev, step = rec, step + 1
-                _write(tp_dir / dim / "result.json", rec)
+                _write(run.search_result(op, tp, dim), rec)
                 results.append(rec)
-            _write(tp_dir / "results.json", results)
-            pt = tp_point(s, op, tp, run_dir)
-            _write(tp_dir / "point.json", pt)
-            sessions.append(session_dir(run_dir, op, tp, "point") / "session.json")
-            _analysed(run_dir, sessions[-1])          # the trace verdict reads the point's analysis
-            points[tp] = with_verdict(run_dir, pt)   # as the workflow's tp_step reads them (cli.cmd_tp_step)
-            dec = tp_step(s, op, tp, dict(points), run_dir)
-            _write(tp_dir / "decision.json", dec)
-            final = tp_dir / "decision.json"
-        shutil.copy(final, run_dir / "search" / op / "final.json")
-        finals.append(run_dir / "search" / op / "final.json")
+            _write(run.tp_results(op, tp), results)
+            pt = tp_point(s, op, tp, results, load_session(run.point_session(op, tp)))
+            _write(run.tp_point(op, tp), pt)
+            sessions.append(run.point_session(op, tp) / SESSION_JSON)
+            _analysed(run, sessions[-1])          # the trace verdict reads the point's analysis
+            # as the workflow's tp_step reads them (cli.cmd_tp_step)
+            points[tp] = with_verdict(pt, load.point_analysis(run, op, tp))
+            dec = tp_step(s, op, tp, dict(points), mem)
+            _write(run.tp_decision(op, tp), dec)
+            final = run.tp_decision(op, tp)
+        shutil.copy(final, run.op_final(op))
+        finals.append(run.op_final(op))
     for sj in sessions:
-        _analysed(run_dir, sj)
-    collect(run_dir, sessions, run_dir / "measurements.parquet")
+        _analysed(run, sj)
+    collect(run, sessions, run.measurements_parquet)
     from tptune.decide.layer import layer_record, write_layer
-    for lf in sorted((run_dir / "layer").glob("tp*.json")):   # the block measured the recorded tuned preset
-        old = json.loads(lf.read_text())
-        rec = layer_record(s, old["tp"], run_dir, old["tuned"])
+    for lf in run.layer_jsons():   # the block measured the recorded tuned preset
+        old = load.read_json(lf)
+        rec = layer_record(s, old["tp"], load_session(run.layer_session(old["tp"])), old["tuned"])
         if rec["winner"] != old.get("winner"):
             notes.append(f"layer TP={old['tp']}: block winner {old.get('winner')} -> {rec['winner']}")
         write_layer(lf, rec)
-    decide(s, run_dir, finals)
-    render_report(s, run_dir, run_dir / "report.md")
+    decide(s, run, finals)
+    render_report(s, run, run.report_md)
     return notes

@@ -75,7 +75,8 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
     from tptune.measure.launch import Launcher
     from tptune.stats.noise import compare_points
     from tptune.search.steps import canary_case
-    from tptune.records.sessions import read_session
+    from tptune.records.run_dir import RunDir
+    from tptune.records.sessions import load_session
     from tptune.decide.layer import numerics_row
 
     s = verify_settings(model, tp, workload or {}, list(config_files), layers)
@@ -85,7 +86,8 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
         users[f"pair{i + 1}"] = (Path(cfg), load_user_cfg(cfg))
         pair_switches[f"pair{i + 1}"] = pair_switches_from(sw)
     work = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="tptune-verify-"))
-    presets = work / "presets"
+    folder = RunDir(work)      # laid out as a run folder: presets/, sessions/<op>/tp<N>
+    presets = folder.presets
     presets.mkdir(parents=True, exist_ok=True)
     for name, (path, _) in users.items():
         shutil.copy(path, presets / f"{name}.yaml")
@@ -106,10 +108,10 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
         op_settings.update(check=True, layer={"num_layers": layers},
                            te={**op_settings.get("te", {}), "presets_dirs": [str(presets.resolve())],
                                "preset_switches": pair_switches})
-        sdir = work / "sessions" / op / f"tp{tp}"
+        sdir = folder.sessions / op / f"tp{tp}"
         rec = launcher.session(members, s.model, sdir, op_settings, session_id=f"{op}/tp{tp}",
                                canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
-        _, runs = read_session(sdir, ".")
+        runs = load_session(sdir).points
         none, te = runs.get(f"{op}-tp{tp}-none"), runs.get(f"{op}-tp{tp}-ub.te")
         rows = []
         for cid, r in runs.items():

@@ -9,7 +9,8 @@ import polars as pl
 from tptune.cases import parse_case_id
 from tptune.errors import TraceError
 from tptune.records.points import point_stats
-from tptune.records.sessions import read_session
+from tptune.records.run_dir import SESSION_JSON, RunDir
+from tptune.records.sessions import load_session
 from tptune.trace import overlap_verdict, summarize, trace_metrics
 
 PHASE_PREFIX = {"forward": "fwd", "backward": "bwd"}
@@ -57,7 +58,7 @@ def analyze_case(run_json: Path, out: Path) -> pl.DataFrame:
 
 def analyze_session(session: Path, out: Path) -> pl.DataFrame:
     """Every member's trace metrics of one session in one table (a ``case`` column tells them apart)."""
-    sess = json.loads((session / "session.json").read_text())
+    sess = json.loads((session / SESSION_JSON).read_text())
     frames = []
     for rel in sess["runs"].values():
         p = session / rel
@@ -89,12 +90,6 @@ def _timing(run: dict, key: str, field: str):
     return (point_stats(run, key) or {}).get(field)
 
 
-def session_analysis_path(run_dir: Path, session_json: Path) -> Path:
-    """analysis/<op>/tp<N>/<dim>/step<k>.parquet or analysis/<op>/tp<N>/point.parquet."""
-    rel = Path(session_json).parent.resolve().relative_to((Path(run_dir) / "sessions").resolve())
-    return Path(run_dir) / "analysis" / rel.parent / f"{rel.name}.parquet"
-
-
 def round_costs(run: dict) -> dict:
     """Where a member's rounds went, in seconds summed over its rounds (the slowest rank of each): the
     build (init_s), the measurement (measure_s: warm-up, probe, hold, pre-roll, timed window, profile,
@@ -110,15 +105,15 @@ def round_costs(run: dict) -> dict:
             "hold_s": sum(slept) / 1e3 if slept and all(x is not None for x in slept) else None}
 
 
-def collect(run_dir: Path, session_jsons: list[Path], out: Path) -> pl.DataFrame:
+def collect(run: RunDir, session_jsons: list[Path], out: Path) -> pl.DataFrame:
     """One row per setting per session: timing (per-round medians), host figures, trace metrics, verdict."""
     rows, summaries = [], {}
     for sj in session_jsons:
         sj = Path(sj)
-        _, runs = read_session(sj.parent, ".")
-        apath = session_analysis_path(run_dir, sj)
+        runs = load_session(sj.parent).points
+        apath = run.session_analysis(sj.parent)
         analysis = pl.read_parquet(apath) if apath.exists() else None
-        sname = str(sj.parent.resolve().relative_to((Path(run_dir) / "sessions").resolve()))
+        sname = run.session_name(sj.parent)
         for cid, r in runs.items():
             case = parse_case_id(cid)
             if analysis is not None and "case" in analysis.columns:

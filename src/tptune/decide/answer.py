@@ -2,7 +2,6 @@
 (decisions.json, and through decide.files one coherent set of files per TP that users load)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tptune.cases import parse_case_id
@@ -10,9 +9,9 @@ from tptune.decide.points import (
     best_at,
     knob_summary,
     pooled_pairs,
-    recorded_points,
     setting_of,
     tied_with,
+    with_verdict,
 )
 from tptune.decide.summary import (
     block_host_warning,
@@ -22,13 +21,22 @@ from tptune.decide.summary import (
 from tptune.decide.files import write_sets
 from tptune.decide.tp import apply_floor, memory_floor, model_tp
 from tptune.emit import configs as emit
+from tptune.records import load
+from tptune.records.run_dir import RunDir, layer_session_name
+from tptune.records.sessions import Session, load_pooled_with, load_sessions, named, recorded_gpu_memory
 from tptune.settings.resolve import Settings
 from tptune.stats.efficiency import Efficiency, op_efficiency
 from tptune.stats.finalists import finalists
 from tptune.stats.noise import compare_points
+from tptune.stats.pooled import block_pooled
 
 
-def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], run_dir: Path) -> dict:
+def recorded_points(run: RunDir, op: str, tps) -> dict[int, dict]:
+    """{tp: point.json of (op, TP)} with the trace verdicts of their best settings (with_verdict)."""
+    return {tp: with_verdict(load.tp_point(run, op, tp), load.point_analysis(run, op, tp)) for tp in tps}
+
+
+def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessions: list[Session]) -> dict:
     """Chosen TP and setting of one op, with runner-up and evidence, from its recorded TP points
     (recorded_points). TP=1 (no tensor parallelism) has no setting of its own: its evidence is the
     start TP's points, where no setting hid enough."""
@@ -61,8 +69,8 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], run_d
     rec["ties"] = tied_with(winner, [at["none"], *at["candidates"].values()], floor)
     rec["finalists"] = finalists(winner, [p for p in [at["none"], *at["candidates"].values()] if p])
     rec["efficiency"] = op_efficiency(at.get("none"), winner, at.get("nocomm")).to_dict()
-    rec["pooled"] = pooled_pairs(run_dir, winner, {"none": at.get("none"), "runner_up": runner_up,
-                                                   "bound": at.get("nocomm")})
+    rec["pooled"] = pooled_pairs(sessions, winner, {"none": at.get("none"), "runner_up": runner_up,
+                                                    "bound": at.get("nocomm")})
     rec["points"] = {str(tp): {"none": p["none"], "nocomm": p["nocomm"], "best": p["best"],
                                "verdict": p["verdict"], "verdict_reason": p["verdict_reason"],
                                "fastest": best_at(p, floor)[0]}
@@ -70,15 +78,16 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], run_d
     return rec
 
 
-def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
+def decide(s: Settings, run: RunDir, final_files: list[Path]) -> dict:
     floor = s.config["decision"]["noise_floor"]
+    sessions = load_sessions(run)
     records, points_by_op = {}, {}
     for f in final_files:
-        final = json.loads(Path(f).read_text())
-        points_by_op[final["op"]] = recorded_points(run_dir, final["op"], final["measured_tps"])
-        records[final["op"]] = _op_choice(s, final["op"], final, points_by_op[final["op"]], run_dir)
+        final = load.read_json(f)
+        points_by_op[final["op"]] = recorded_points(run, final["op"], final["measured_tps"])
+        records[final["op"]] = _op_choice(s, final["op"], final, points_by_op[final["op"]], sessions)
     rule_tp, tp_evidence = model_tp(s, points_by_op)
-    mem = memory_floor(s, run_dir)
+    mem = memory_floor(s, recorded_gpu_memory(run))
     all_tps = sorted({t for pts in points_by_op.values() for t in pts})
     tp, ev = apply_floor(rule_tp, {**mem, "measured_tps": all_tps}, "model")
     if ev:
@@ -90,7 +99,7 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
             "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
             "model_tp_evidence": tp_evidence, "memory": mem,
             "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
-            "measurement": measurement_summary(run_dir, points_by_op, floor, s.device)}
+            "measurement": measurement_summary(sessions, points_by_op, floor, s.device)}
     meta["model_efficiency"] = summed_efficiency(records, points_by_op)
     for e in tp_evidence:   # the model-level hiding figure: the summed ops, each capped at its bound
         if e.get("rule") == "hides_communication" and e.get("tp") in (None, tp) and e.get("hidden_fraction") is not None:
@@ -98,14 +107,13 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
             e["efficiency"] = meta["model_efficiency"]
             e["reason"] = (f"{Efficiency.from_dict(meta['model_efficiency']).hides()} "
                            "(the ops summed, each capped at its bound)")
-    layer = {t: json.loads((run_dir / "layer" / f"tp{t}.json").read_text()) for t in all_tps
-             if (run_dir / "layer" / f"tp{t}.json").exists()}
+    layer = load.layer_results(run, all_tps)
     if layer:
-        from tptune.stats.pooled import block_pooled
         for rec in layer.values():
-            rec["pooled"] = block_pooled(run_dir, rec)
+            own = named(sessions, layer_session_name(rec["tp"]))
+            rec["pooled"] = block_pooled(rec, own, load_pooled_with(run, rec["tp"], rec["tuned"]))
         meta["layer"] = {str(t): rec for t, rec in layer.items()}
         block_host_warning(meta["measurement"], layer)
-    meta["files"] = write_sets(s, run_dir, points_by_op, layer, all_tps, meta)
-    emit.write_decisions_json(run_dir / "decisions.json", records.values(), meta)
+    meta["files"] = write_sets(s, run, points_by_op, layer, all_tps, meta)
+    emit.write_decisions_json(run.decisions_json, records.values(), meta)
     return records

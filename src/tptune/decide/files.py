@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tptune.cases import parse_case_id
 from tptune.emit import configs as emit
+from tptune.records.run_dir import RunDir
 from tptune.te import megatron_flags as mf
 from tptune.te import ubcfg
 
@@ -39,10 +40,10 @@ def names(backend: str, tp: int | None) -> dict[str, str]:
     return {role: pat.format(sfx) for role, pat in (TE_FILES if backend == "te" else TORCH_FILES).items()}
 
 
-def _stale(run_dir: Path) -> list[Path]:
+def _stale(run: RunDir) -> list[Path]:
     found = []
     for pat in ALL_FILES.values():
-        found += [run_dir / pat.format("")] + sorted(run_dir.glob(pat.format(".tp*")))
+        found += [run.file(pat.format(""))] + run.files(pat.format(".tp*"))
     return [p for p in found if p.exists()]
 
 
@@ -54,18 +55,18 @@ def check(ub: dict, switches: dict, *, fp8: bool) -> dict:
     return {"ok": res.ok, "problems": [p.line() for p in res.problems]}
 
 
-def write_te_set(run_dir: Path, tp: int | None, ub: dict, switches: dict, *, model: str, workload: dict,
+def write_te_set(run: RunDir, tp: int | None, ub: dict, switches: dict, *, model: str, workload: dict,
                  fp8: bool, notes: list[str], set_tp: int) -> dict[str, str]:
     files = names("te", tp)
     notes = notes + [f"Load together with {files['megatron_flags']} (Megatron-LM) or {files['overrides']} "
                      f"(Megatron-core): the switches this file needs; with other switches TE may not run it as written"]
-    emit.write_tp_comm_overlap_cfg(run_dir / files["ub_cfgs_yaml"], ub, model=model, workload=workload, tp=set_tp,
+    emit.write_tp_comm_overlap_cfg(run.file(files["ub_cfgs_yaml"]), ub, model=model, workload=workload, tp=set_tp,
                                    notes=notes, fp8=fp8)
-    emit.write_ub_cfgs_json(run_dir / files["ub_cfgs_json"], ub, fp8=fp8)
-    mf.write_megatron_flags(run_dir / files["megatron_flags"], switches, files["ub_cfgs_yaml"],
+    emit.write_ub_cfgs_json(run.file(files["ub_cfgs_json"]), ub, fp8=fp8)
+    mf.write_megatron_flags(run.file(files["megatron_flags"]), switches, files["ub_cfgs_yaml"],
                             overrides_file=files["overrides"])
-    mf.write_transformer_config_yaml(run_dir / files["overrides"], switches)
-    emit.write_bridge_overlap_py(run_dir / files["bridge"], ub, switches, model=model, workload=workload, fp8=fp8,
+    mf.write_transformer_config_yaml(run.file(files["overrides"]), switches)
+    emit.write_bridge_overlap_py(run.file(files["bridge"]), ub, switches, model=model, workload=workload, fp8=fp8,
                                  notes=[f"TP {set_tp}"])
     return files
 
@@ -90,16 +91,16 @@ def _failed(t: int, rec: dict) -> dict:
             "why": f"no overlapped setting passed on the block: {rec.get('reason')}"}
 
 
-def _te_choice(s, run_dir: Path, points_by_op: dict, rec: dict | None, t: int, floor: float):
+def _te_choice(s, run: RunDir, points_by_op: dict, rec: dict | None, t: int, floor: float):
     """(ub_cfgs, switches, status, why, notes) of TP ``t``: the block-level winner, or without a block the
     per-op choices restricted to one combination Megatron's switches express, unproven."""
-    from tptune.decide.layer import per_mode_combos, presets_dir
+    from tptune.decide.layer import per_mode_combos
     from tptune.decide.points import ub_cfgs_at
 
     if rec is not None:
         row = _winner_row(rec)
         status, why = _graded(rec, row)
-        ub = ubcfg.load_preset(parse_case_id(row["case"]).variant.preset, [presets_dir(run_dir)])
+        ub = ubcfg.load_preset(parse_case_id(row["case"]).variant.preset, [run.presets])
         return ub, mf.block_switches(ub), status, why, [why]
     ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
     stage = "is off" if not (s.config.get("layer") or {}).get("enabled", True) else "did not finish"
@@ -113,7 +114,7 @@ def _te_choice(s, run_dir: Path, points_by_op: dict, rec: dict | None, t: int, f
     return ub, switches, "unproven", why, [f"UNPROVEN: {why}"] + notes
 
 
-def te_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], meta: dict,
+def te_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], meta: dict,
             default_tp: int | None = None) -> dict[str, dict]:
     """Decide and write the te backend's set of each TP in ``tps``, and of ``default_tp`` under the plain
     names too; returns {str(tp): set record}."""
@@ -125,14 +126,14 @@ def te_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], m
         if rec is not None and _winner_row(rec) is None:
             out[str(t)] = _failed(t, rec)
             continue
-        ub, switches, status, why, notes = _te_choice(s, run_dir, points_by_op, rec, t, floor)
+        ub, switches, status, why, notes = _te_choice(s, run, points_by_op, rec, t, floor)
         checked = check(ub, switches, fp8=fp8)
         if not checked["ok"]:   # never handed out: the set would not run as written
             out[str(t)] = {"tp": t, "files": {}, "status": "failed", "check": checked,
                            "why": f"the set tptune derived is not run as written: {'; '.join(checked['problems'])}"}
             continue
         for name_tp in (t, None) if t == default_tp else (t,):
-            files = write_te_set(run_dir, name_tp, ub, switches, model=meta["model"], workload=meta["workload"],
+            files = write_te_set(run, name_tp, ub, switches, model=meta["model"], workload=meta["workload"],
                                  fp8=fp8, notes=notes, set_tp=t)
             if name_tp is not None:
                 out[str(t)] = {"tp": t, "files": files, "status": status, "why": why, "check": checked,
@@ -140,7 +141,7 @@ def te_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], m
     return out
 
 
-def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int],
+def torch_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int],
                default_tp: int | None = None) -> dict[str, dict]:
     """The torch backend's chunk map of each TP (each op's chosen chunk count there, 1: no overlap), and of
     ``default_tp`` under the plain name too."""
@@ -177,22 +178,21 @@ def torch_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int]
                 why += f"; the block measured {row['variant']} for every op, this map holds the per-op choices"
         for name_tp in (t, None) if t == default_tp else (t,):
             files = names("torch", name_tp)
-            emit.write_chunked_cfg(run_dir / files["chunked_cfg"], shape_map, notes + [f"{status}: {why}"])
+            emit.write_chunked_cfg(run.file(files["chunked_cfg"]), shape_map, notes + [f"{status}: {why}"])
         out[str(t)] = {"tp": t, "files": names("torch", t), "status": status, "why": why}
     return out
 
 
-def write_sets(s, run_dir: Path, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> dict:
+def write_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> dict:
     """Every TP's set and the plain-named copy of the model TP's; meta["files"] as decisions.json holds it."""
-    run_dir = Path(run_dir)
-    for p in _stale(run_dir):
+    for p in _stale(run):
         p.unlink()
     model_tp = meta["model_tp"]
     default_tp = model_tp if model_tp and model_tp >= 2 else None
     if s.backend == "te":
-        sets = te_sets(s, run_dir, points_by_op, layer, tps, meta, default_tp)
+        sets = te_sets(s, run, points_by_op, layer, tps, meta, default_tp)
     else:
-        sets = torch_sets(s, run_dir, points_by_op, layer, tps, default_tp)
+        sets = torch_sets(s, run, points_by_op, layer, tps, default_tp)
     chosen = sets.get(str(default_tp))
     default = str(default_tp) if chosen is not None and chosen["status"] != "failed" else None
     return {"model_tp": model_tp, "default": default, "default_files": names(s.backend, None) if default else {},

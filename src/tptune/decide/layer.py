@@ -26,6 +26,8 @@ import yaml
 from tptune.cases import Case, make_case, parse_case_id
 from tptune.model.ops import COLUMN_OPS
 from tptune.records.points import point_median
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import Session
 from tptune.stats.host_evidence import summary as host_summary
 from tptune.stats.noise import compare_points
 from tptune.stats.wording import classify_ratio
@@ -43,10 +45,6 @@ def block_layers(m, n: int) -> list[str]:
         out.append(f"MoE (attention + router + {m.num_moe_experts} routed experts, top-{m.moe_router_topk}, "
                    f"{m.moe_ffn_hidden_size} wide{shared})")
     return out
-
-
-def presets_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "presets"
 
 
 def tuned_preset(tp: int) -> str:
@@ -117,8 +115,9 @@ def _write_preset(d: Path, name: str, cfgs: dict, notes: list[str], title: str) 
     (d / f"{name}.yaml").write_text(head + yaml.safe_dump(cfgs, sort_keys=False, default_flow_style=None))
 
 
-def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> tuple[list[Case], Case]:
-    """The block session's settings and the tuned one among them; writes the tuned preset (te)."""
+def layer_members(s, tp: int, points_by_op: dict[str, dict], run: RunDir) -> tuple[list[Case], Case]:
+    """The block session's settings and the tuned one among them; writes the tuned preset (te) to the
+    run's presets/."""
     if s.backend == "te":
         from tptune.decide.points import ub_cfgs_at
 
@@ -126,7 +125,7 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> t
         floor = s.config["decision"]["noise_floor"]
         cfgs, notes = ub_cfgs_at(s, by_op, tp, floor)
         fast, fast_notes = ub_cfgs_at(s, by_op, tp, floor, fastest=True)
-        d = presets_dir(run_dir)
+        d = run.presets
         d.mkdir(parents=True, exist_ok=True)
         other = None       # (mode, ub_cfgs, notes) of the other dgrad mode's combination
         if not _megatron_expressible(cfgs):
@@ -162,12 +161,11 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run_dir: Path) -> t
     return [make_case("layer", tp, v) for v in dict.fromkeys(variants)], tuned
 
 
-def layer_record(s, tp: int, run_dir: Path, tuned_id: str) -> dict:
-    """The block-level comparison of one TP from its recorded session."""
+def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
+    """The block-level comparison of one TP from its recorded block ``session``."""
     from tptune.decide.points import slim
-    from tptune.records.sessions import read_session
 
-    sess, runs = read_session(run_dir, f"sessions/layer/tp{tp}")
+    sess, runs = session.record, session.points
     pts = {c: slim(p) for c, p in runs.items()}
     floor = s.config["decision"]["noise_floor"]
     tuned = pts[tuned_id]

@@ -2,14 +2,11 @@
 ten-GEMM ub_cfgs a TP's picks make."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import polars as pl
 
 from tptune.cases import REFERENCE_KINDS, parse_case_id
 from tptune.records.points import point_median
-from tptune.records.sessions import read_session, session_dir
+from tptune.records.sessions import Session
 from tptune.search.steps import point_contenders, point_members
 from tptune.settings.resolve import Settings
 from tptune.stats.bound import bound_faults, burned_in, is_bound
@@ -18,10 +15,6 @@ from tptune.stats.noise import compare_points
 from tptune.stats.pick import pick_best
 from tptune.stats.pooled import pooled_ratio, run_pairs
 from tptune.te import ubcfg
-
-
-def _read(p: Path) -> dict:
-    return json.loads(Path(p).read_text())
 
 
 def slim(point: dict | None) -> dict | None:
@@ -35,16 +28,15 @@ def slim(point: dict | None) -> dict | None:
             "clock": point.get("clock"), "error": point.get("error")}
 
 
-def _verdict(run_dir: Path, best: dict | None, op: str, tp: int) -> tuple[str | None, str | None]:
+def _verdict(analysis: pl.DataFrame | None, best: dict | None, op: str, tp: int) -> tuple[str | None, str | None]:
     from tptune.decide.analyze import case_summary
     from tptune.trace import overlap_verdict
 
     if best is None:
         return None, None
-    path = run_dir / "analysis" / op / f"tp{tp}" / "point.parquet"
-    if not path.exists():
+    if analysis is None:
         return None, "trace analysis missing"
-    df = pl.read_parquet(path)
+    df = analysis
     frames = [df.filter(pl.col("case") == c) for c in (best["case"], f"{op}-tp{tp}-none")]
     if any(f.height == 0 for f in frames):
         return None, "trace analysis missing"
@@ -86,13 +78,13 @@ def batch_step(point: dict) -> float | None:
     return max(steps, default=None)
 
 
-def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
-    """The evidence of one (op, TP), all from one side-by-side session: the references, each search's
-    winner and the tuned combinations; the best setting; the bound check; host-bound flags."""
+def tp_point(s: Settings, op: str, tp: int, results: list[dict], session: Session) -> dict:
+    """The evidence of one (op, TP), all from one side-by-side session (``session``, the TP point's; its
+    members from the searches' ``results``): the references, each search's winner and the tuned
+    combinations; the best setting; the bound check; host-bound flags."""
     floor = s.config["decision"]["noise_floor"]
-    results = _read(run_dir / "search" / op / f"tp{tp}" / "results.json")
     members, tuned = point_members(s, op, tp, results)
-    sess, runs = read_session(run_dir, str(session_dir(Path("."), op, tp, "point")))
+    sess, runs = session.record, session.points
     missing = [c.id for c in members if c.id not in runs]
     if missing:
         from tptune.errors import TptuneError
@@ -127,14 +119,15 @@ def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
                          for r in results}}
 
 
-def pooled_pairs(run_dir: Path, winner: dict, others: dict[str, dict | None]) -> dict:
-    """winner / each named point pooled over every session of the run that measured both (each session
-    a block, stats.pooled); only where more than one session did. The bound's burn-in round is left out."""
+def pooled_pairs(sessions: list[Session], winner: dict, others: dict[str, dict | None]) -> dict:
+    """winner / each named point pooled over every session of the run (``sessions``) that measured both
+    (each session a block, stats.pooled); only where more than one session did. The bound's burn-in
+    round is left out."""
     out = {}
     for name, other in others.items():
         if not other or other["case"] == winner["case"]:
             continue
-        blocks = run_pairs(run_dir, winner["case"], other["case"])
+        blocks = run_pairs(sessions, winner["case"], other["case"])
         if is_bound(other["case"]):
             blocks = [(n, a, {r: v for r, v in b.items() if r >= min(b) + 1}) for n, a, b in blocks if b]
         if len(blocks) > 1:
@@ -170,15 +163,12 @@ def tied_with(winner: dict, points: list[dict | None], floor: float) -> list[dic
     return out
 
 
-def recorded_points(run_dir: Path, op: str, tps) -> dict[int, dict]:
-    return {tp: with_verdict(run_dir, _read(run_dir / "search" / op / f"tp{tp}" / "point.json")) for tp in tps}
-
-
-def with_verdict(run_dir: Path, point: dict) -> dict:
-    """The point with the trace verdict of its best setting (the point session is analysed after the
-    GPU job that measured it, so point.json is written without it)."""
+def with_verdict(point: dict, analysis: pl.DataFrame | None) -> dict:
+    """The point with the trace verdict of its best setting from its session's trace ``analysis``
+    (records.load.point_analysis; the point session is analysed after the GPU job that measured it, so
+    point.json is written without it)."""
     if point.get("verdict") is None:
-        point["verdict"], point["verdict_reason"] = _verdict(run_dir, point.get("best"), point["op"], point["tp"])
+        point["verdict"], point["verdict_reason"] = _verdict(analysis, point.get("best"), point["op"], point["tp"])
     return point
 
 

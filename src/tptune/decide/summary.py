@@ -2,10 +2,8 @@
 host-behind settings, stepped batches, the block's host evidence, the capped efficiency of the model."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from tptune.decide.points import STEP_FACTOR
+from tptune.records.sessions import Session
 from tptune.stats import session_noise
 from tptune.stats.efficiency import model_efficiency
 
@@ -46,16 +44,16 @@ def block_host_warning(measurement: dict, layer: dict) -> None:
         measurement["warning"] = " ".join(x for x in (measurement.get("warning"), msg) if x)
 
 
-def measurement_summary(run_dir: Path, points_by_op: dict, floor: float, device: str = "cuda") -> dict:
+def measurement_summary(sessions: list[Session], points_by_op: dict, floor: float, device: str = "cuda") -> dict:
     """How far the run's measurements can be trusted: the drift canary over the run (one reference
     re-measured at every session's start), the noise of rounds within sessions against what the round
-    budget can resolve (search.session_noise), bound faults, ops whose host launch time reaches their
+    budget can resolve (stats.session_noise), bound faults, ops whose host launch time reaches their
     GPU time, and batches where the host did not stay ahead. ``device`` names the remedy (cuda | cpu)."""
     from tptune.stats.rounds import drift
 
     canaries = []
-    for sj in sorted(Path(run_dir).glob("sessions/**/session.json")):
-        c = json.loads(sj.read_text()).get("canary")
+    for sess in sessions:
+        c = sess.record.get("canary")
         if c and c.get("ms"):
             canaries.append(c)
     canaries.sort(key=lambda c: c["t"])
@@ -85,7 +83,7 @@ def measurement_summary(run_dir: Path, points_by_op: dict, floor: float, device:
                         f"{floor:.0%} margin. Decisions inside one session compare rounds side by side and "
                         f"are unaffected; comparisons across sessions (TP sizes) are less certain than their "
                         f"intervals say.")
-    rounds_noise = session_noise.op_noise(run_dir)
+    rounds_noise = session_noise.op_noise(sessions)
     rounds_warning = session_noise.noise_warning(rounds_noise, floor, device)
     if rounds_warning:
         warnings.append(rounds_warning)

@@ -1,8 +1,6 @@
 """The TP decision: per op, TP step by TP step, and for the model (the four ops summed), with the memory floor."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
 
 from tptune.decide.points import best_at
 from tptune.records.points import point_median
@@ -26,16 +24,14 @@ def _tp_points(points: dict[int, dict]) -> dict[int, tp_decision.TpPoints]:
             for tp, p in points.items()}
 
 
-def memory_floor(s: Settings, run_dir: Path) -> dict:
+def memory_floor(s: Settings, recorded_gib: float | None) -> dict:
     """The memory floor of this run (tptune.model.memory.tp_floor), with the GPU memory recorded by its
-    sessions when the machine deciding has no GPU; ``effective_tp`` is the TP the decisions may not go
-    below: the floor, or when nothing in the node fits, the TP of the smallest layout that fits."""
+    sessions (records.sessions.recorded_gpu_memory) when the machine deciding has no GPU; ``effective_tp``
+    is the TP the decisions may not go below: the floor, or when nothing in the node fits, the TP of the
+    smallest layout that fits."""
     from tptune.model.memory import tp_floor_for
 
-    recorded = None
-    for p in sorted(Path(run_dir).glob("sessions/*/tp*/point/*/run.json"))[:1]:
-        recorded = (json.loads(p.read_text()).get("environment") or {}).get("gpu_memory_gib")
-    f = tp_floor_for(s, recorded_gib=recorded)
+    f = tp_floor_for(s, recorded_gib=recorded_gib)
     f["effective_tp"] = f["floor_tp"] or (f.get("smallest_layout") or {}).get("tp")
     return f
 
@@ -76,7 +72,9 @@ def _stop_failed(s: Settings, op: str, tp: int, points: dict[int, dict], why: st
             "rule_tp": chosen, "chosen_tp": chosen, "evidence": evidence}
 
 
-def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], run_dir: Path | None = None) -> dict:
+def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], floor: dict | None = None) -> dict:
+    """The next TP to measure for ``op``, or its chosen TP; ``floor``: the run's memory floor
+    (memory_floor), none checked without it."""
     why = unmeasured(points.get(tp))
     if why is not None:
         return _stop_failed(s, op, tp, points, why)
@@ -85,7 +83,7 @@ def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], run_dir: Pat
     if s.config["decision"].get("explore_all_tps"):  # evidence runs: every TP, the rule decides after
         later = [t for t in s.tp_sizes if t > tp]
         nxt = later[0] if later else None
-    floor = memory_floor(s, run_dir) if run_dir is not None else {}
+    floor = floor or {}
     ft = floor.get("effective_tp")
     if nxt is None and ft and ft > max(points):  # measure up to the floor: the answer cannot be below it
         later = [t for t in s.tp_sizes if max(points) < t <= ft]

@@ -22,12 +22,12 @@ from tptune.measure.envinfo import launch_env
 from tptune.measure.gpupool import GpuPool, count_gpus, pool_scope, visible_ids
 from tptune.model.spec import ModelConfig
 from tptune.records.files import take_lock, write_text_atomic
+from tptune.records.run_dir import RUN_JSON, SESSION_JSON
 from tptune.stats.spread import slowest_rank, stats
 from tptune.measure.worker.gpu_clock import clock_over_rounds, merge_ranks
 from tptune.measure.worker.lifeline import is_busy
 from tptune.measure.worker.wire import recv_json, send_json
 
-RUN_JSON = "run.json"
 _FAILURE_RULES = [  # (substring, kind, transient) - first match wins
     ("out of memory", "oom", False),
     ("OutOfMemoryError", "oom", False),
@@ -459,7 +459,7 @@ class Launcher:
                "wall_s": time.monotonic() - wall0, "held_s": held,
                "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
                                                         [*attempts.values(), side_attempts] for a in a_list)}
-        write_text_atomic(session_dir / "session.json", json.dumps(rec, indent=1))
+        write_text_atomic(session_dir / SESSION_JSON, json.dumps(rec, indent=1))
         return rec
 
     def _side_batch(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict, faults: dict,

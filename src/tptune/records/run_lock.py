@@ -2,33 +2,32 @@
 parse time or in a dry run (docs/run-integrity.md)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from tptune.records.files import take_lock, write_text_atomic
+from tptune.records.run_dir import RunDir
 
 _RUN_LOCK = None   # the open lock file of the run this process (snakemake) drives; closed at exit
 
 
-def start_run(run_dir: str | Path, config_json: str | Path, text: str) -> None:
+def start_run(run: RunDir, text: str) -> None:
     """Snakemake's onstart (after its lock, never in a dry run): hold the run's lock for the life of this
     process, then write the resolved config where it changed. Another invocation running this run
     holds the lock: refused, with nothing written (its jobs read this config.json)."""
     from tptune.errors import TptuneError
 
     global _RUN_LOCK
-    run_dir = Path(run_dir)
+    config_json = run.config_json
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fh, holder = take_lock(run_dir / ".run.lock")
+        run.root.mkdir(parents=True, exist_ok=True)
+        fh, holder = take_lock(run.run_lock)
     except OSError as exc:
-        raise TptuneError(f"{exc.filename or run_dir}: cannot write the run's folder ({exc.strerror}): nothing "
+        raise TptuneError(f"{exc.filename or run}: cannot write the run's folder ({exc.strerror}): nothing "
                           "measured; give a writable outputs/ (or free space) and run again") from None
     if fh is None:
-        raise TptuneError(f"{run_dir} is being run by another snakemake (pid {holder}): nothing written; wait for "
+        raise TptuneError(f"{run} is being run by another snakemake (pid {holder}): nothing written; wait for "
                           "it to end (or stop it) and run again")
     _RUN_LOCK = fh
     try:
-        same = Path(config_json).read_text() == text
+        same = config_json.read_text() == text
     except OSError:
         same = False
     if not same:

@@ -3,26 +3,23 @@ check that ends a run non-zero when a stage has no successful member (``tptune c
 ``snakemake -R`` needs to re-measure failed sessions (``tptune failed``)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tptune.cases import REFERENCE_KINDS, parse_case_id
 from tptune.errors import TptuneError
+from tptune.records.run_dir import SESSION_JSON, RunDir
+from tptune.records.sessions import Session, load_sessions
 
 
-def check_run_dir(run_dir: Path) -> Path:
+def check_run_dir(path: str | Path) -> RunDir:
     """A run folder (outputs/<run>: config.json and sessions/), or a clear error."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise TptuneError(f"{run_dir}: no such folder (a run is outputs/<run>)")
-    if not (run_dir / "config.json").exists() or not (run_dir / "sessions").is_dir():
-        raise TptuneError(f"{run_dir}: not a run folder (a run's folder holds config.json and sessions/: "
+    run = RunDir(path)
+    if not run.root.is_dir():
+        raise TptuneError(f"{run}: no such folder (a run is outputs/<run>)")
+    if not run.config_json.exists() or not run.sessions.is_dir():
+        raise TptuneError(f"{run}: not a run folder (a run's folder holds config.json and sessions/: "
                           "outputs/<run>)")
-    return run_dir
-
-
-def session_jsons(run_dir: Path) -> list[Path]:
-    return sorted(Path(run_dir).glob("sessions/**/session.json"))
+    return run
 
 
 def stage_name(rel: str) -> str:
@@ -36,13 +33,13 @@ def stage_name(rel: str) -> str:
     return f"{op} TP={tp[2:]} search {rest[0]} step {rest[1][4:]}"
 
 
-def measuring_output(run_dir: Path, rel: str) -> Path:
+def measuring_output(run: RunDir, rel: str) -> Path:
     """The output of the job that measures session ``rel`` (sessions/<rel>): snakemake -R on it
     re-measures the session and re-derives what follows. The layer stage's job writes layer/tp<N>.json."""
     parts = rel.split("/")
     if parts[0] == "layer":
-        return Path(run_dir) / "layer" / f"{parts[1]}.json"
-    return Path(run_dir) / "sessions" / rel / "session.json"
+        return run.layer_json(parts[1][2:])
+    return run.sessions / rel / SESSION_JSON
 
 
 def _reason(err: dict | None) -> str:
@@ -50,19 +47,17 @@ def _reason(err: dict | None) -> str:
     return f"{err.get('kind', '?')}: {' '.join(str(err.get('message', '')).split())[:400]}"
 
 
-def run_failures(run_dir: Path) -> dict:
+def run_failures(sessions: list[Session]) -> dict:
     """{"members": every failed member, "retried": every failed attempt that was tried again, "stages":
-    every session none of whose members was measured}, each with its session, case and reason."""
-    run_dir = Path(run_dir)
+    every session none of whose members was measured}, each with its session, case and reason, of the
+    run's recorded ``sessions`` (records.sessions.load_sessions)."""
     members, retried, stages = [], [], []
-    for sj in session_jsons(run_dir):
-        sess = json.loads(sj.read_text())
-        rel = str(sj.parent.relative_to(run_dir / "sessions"))
+    for recorded in sessions:
+        sess, rel = recorded.record, recorded.name
         ok_ids, failed_ids = [], []
-        for cid, p in sess.get("runs", {}).items():
-            try:
-                run = json.loads((sj.parent / p).read_text())
-            except (OSError, ValueError):
+        for cid in sess.get("runs", {}):
+            run = recorded.points.get(cid)
+            if run is None:
                 members.append({"session": rel, "case": cid, "reason": "run.json missing or unreadable"})
                 failed_ids.append(cid)
                 continue
@@ -114,9 +109,9 @@ def _uncompared(rel: str, sess: dict, ok: list[str], failed: list[str]) -> str |
     return None
 
 
-def failed_outputs(run_dir: Path) -> list[Path]:
+def failed_outputs(path: str | Path) -> list[Path]:
     """The measuring outputs of every session with a failed member (a setting is re-measured with the
     settings it is compared to, never alone)."""
-    run_dir = check_run_dir(run_dir)
-    rels = dict.fromkeys(m["session"] for m in run_failures(run_dir)["members"])
-    return [measuring_output(run_dir, rel) for rel in rels]
+    run = check_run_dir(path)
+    rels = dict.fromkeys(m["session"] for m in run_failures(load_sessions(run))["members"])
+    return [measuring_output(run, rel) for rel in rels]

@@ -13,7 +13,8 @@ from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency
 from tptune.stats.wording import classify_ratio
 from tptune.stats.rounds import Ratio, ratio_of
-from tptune.records.sessions import read_session
+from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
+from tptune.records.sessions import Session, named
 
 # What a run writes for users to load, in the order a user reaches for them: decisions.json's key for the
 # file (meta["files"]["sets"][tp]["files"]), its unsuffixed name (the copy of the default set), what loads it.
@@ -62,7 +63,7 @@ def _file_set(tp: int, files: list[dict], rec: dict | None = None) -> dict:
             "graded": GRADED.get(status, status), "why": rec.get("why"), "check": rec.get("check")}
 
 
-def _files(meta: dict, run_dir: Path, backend: str) -> dict:
+def _files(meta: dict, run: RunDir, backend: str) -> dict:
     """What the card tells users to load: ``load``, the unsuffixed files (a copy of the default TP's set),
     and ``sets``, each TP's own files with how far they are proven (decisions.json meta["files"]). A run
     recorded before decisions.json listed its files: the unsuffixed files in the folder, except at model
@@ -80,13 +81,12 @@ def _files(meta: dict, run_dir: Path, backend: str) -> dict:
         load = [{"name": name, "for": why} for k, name, why in LOADABLE_FILES if k in keys]
         return {"recorded": True, "model_tp": rec.get("model_tp", meta.get("model_tp")), "load": load,
                 "default": default, "sets": sets, "others": [x for x in sets if x is not default]}
-    run_dir = Path(run_dir)
     # the torch backend measured chunk counts, never userbuffers: its per-TP yaml holds TE defaults
-    per_tp = {int(m[1]): p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")
+    per_tp = {int(m[1]): p.name for p in run.files("tp_comm_overlap_cfg.tp*.yaml")
               if (m := re.fullmatch(r"tp_comm_overlap_cfg\.tp(\d+)\.yaml", p.name)) and backend == "te"}
     sets = [_file_set(tp, [{"name": name, "for": LOADABLE_FILES[0][2]}]) for tp, name in sorted(per_tp.items())]
     load = [] if meta.get("model_tp") == 1 else \
-        [{"name": n, "for": why} for n, why in LOADABLE if (run_dir / n).exists()
+        [{"name": n, "for": why} for n, why in LOADABLE if run.file(n).exists()
          and (n != "chunked_cfg.yaml" or backend == "torch")]
     return {"recorded": False, "model_tp": meta.get("model_tp"), "load": load, "default": None, "sets": sets,
             "others": sets if not load else []}
@@ -201,12 +201,12 @@ def _efficiency(decisions: dict) -> tuple[str | None, str | None]:
     return Efficiency.from_dict(eff).shown(), None
 
 
-def answer_card(s, run_dir: Path, decisions: dict, failures: list[dict]) -> dict:
+def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
     meta = decisions["meta"]
     margin = meta.get("noise_floor") or s.config["decision"]["noise_floor"]
-    files = _files(meta, run_dir, s.backend)
+    files = _files(meta, run, s.backend)
     flags = None
-    flags_file = Path(run_dir) / "megatron_flags.txt"
+    flags_file = run.file("megatron_flags.txt")
     if any(f["name"] == flags_file.name for f in files["load"]) and flags_file.exists():
         flags = " ".join(ln.strip() for ln in flags_file.read_text().splitlines()
                          if ln.strip() and not ln.lstrip().startswith("#"))
@@ -243,25 +243,24 @@ def _point_ratios(points: dict[str, dict], none_id: str) -> dict[str, dict | Non
     return out
 
 
-def summary_rows(run_dir: Path, decisions: dict) -> list[dict]:
+def summary_rows(sessions: list[Session], decisions: dict) -> list[dict]:
     """Per op at its chosen TP (its evidence TP for TP 1) and for the block at the model TP: no overlap,
     TE defaults, each preset, the tuned setting and the bound, as time / no overlap with the interval of
-    the paired per-round ratio from the session that measured them side by side."""
+    the paired per-round ratio from the session (among the run's ``sessions``) that measured them side by
+    side."""
     rows = []
     for op, rec in decisions["ops"].items():
         at = evidence_tp(rec)
-        rel = f"sessions/{op}/tp{at}/point"
-        if not (Path(run_dir) / rel / "session.json").exists():
+        sess = named(sessions, point_session_name(op, at))
+        if sess is None:
             continue
-        _, points = read_session(run_dir, rel)
         winner = (rec.get("winner") or {}).get("case")
-        rows.append(_group(op, int(at), points, f"{op}-tp{at}-none", winner))
+        rows.append(_group(op, int(at), sess.points, f"{op}-tp{at}-none", winner))
     tp = decisions["meta"].get("model_tp")
     lay = (decisions["meta"].get("layer") or {}).get(str(tp))
-    rel = f"sessions/layer/tp{tp}"
-    if lay and (Path(run_dir) / rel / "session.json").exists():
-        _, points = read_session(run_dir, rel)
-        rows.append(_group(BLOCK, int(tp), points, f"layer-tp{tp}-none", lay.get("winner")))
+    sess = named(sessions, layer_session_name(tp))
+    if lay and sess is not None:
+        rows.append(_group(BLOCK, int(tp), sess.points, f"layer-tp{tp}-none", lay.get("winner")))
     return rows
 
 

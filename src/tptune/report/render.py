@@ -13,7 +13,11 @@ from tptune.stats.efficiency import Efficiency
 from tptune.stats.numerics import summary_text
 from tptune.stats.wording import classify_ratio
 from tptune.model.plan import plan_summary
-from tptune.settings.resolve import Settings, read_calibration
+from tptune.records import load
+from tptune.records.run_dir import RunDir
+from tptune.records.run_status import run_failures
+from tptune.records.sessions import Session, load_sessions, named
+from tptune.settings.resolve import Settings
 
 TEMPLATES = Path(__file__).parents[1] / "templates"
 
@@ -75,20 +79,20 @@ def _point_rows(meas: pl.DataFrame) -> pl.DataFrame:
     return meas.filter(pl.col("session").str.ends_with("/point"))
 
 
-def _timeline(run_dir: Path, case_id: str) -> str | None:
+def _timeline(run: RunDir, case_id: str) -> str | None:
     from tptune.trace import plot_timeline
 
     case = parse_case_id(case_id)
-    trace = run_dir / "sessions" / case.op / f"tp{case.tp}" / "point" / case.dir_name / "trace.rank0.json.gz"
+    trace = run.point_session(case.op, case.tp) / case.dir_name / "trace.rank0.json.gz"
     if not trace.exists():
         return None
-    png = run_dir / "figures" / f"timeline-{case_id}.png"
+    png = run.timeline_png(case_id)
     png.parent.mkdir(parents=True, exist_ok=True)
     try:
         plot_timeline(trace, png)
     except Exception as exc:  # noqa: BLE001 - a picture must never sink the report
         return f"(timeline not drawn: {exc})"
-    return str(png.relative_to(run_dir))
+    return str(png.relative_to(run.root))
 
 
 def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
@@ -136,7 +140,13 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
     return rows
 
 
-def _shape_rows(run_dir: Path, meas: pl.DataFrame, ops: list[dict]) -> list[dict]:
+def _member(sessions: list[Session], session: str, case_id: str) -> dict | None:
+    """The run.json of ``case_id`` in the session called ``session``, None where it was not recorded."""
+    sess = named(sessions, session)
+    return sess.points.get(case_id) if sess else None
+
+
+def _shape_rows(sessions: list[Session], meas: pl.DataFrame, ops: list[dict]) -> list[dict]:
     """Per shape of an op measured at several (worker.harness.run_case): the chosen setting's and the
     no-overlap reference's median at that shape, from their TP-point run.json ("shapes")."""
     by_case = {r["case"]: r for r in _point_rows(meas).iter_rows(named=True)}
@@ -145,8 +155,8 @@ def _shape_rows(run_dir: Path, meas: pl.DataFrame, ops: list[dict]) -> list[dict
         r = by_case.get(case_id) if case_id else None
         if not r:
             return []
-        p = run_dir / "sessions" / r["session"] / parse_case_id(case_id).dir_name / "run.json"
-        return (json.loads(p.read_text()).get("shapes") or []) if p.exists() else []
+        p = _member(sessions, r["session"], case_id)
+        return (p.get("shapes") or []) if p is not None else []
 
     rows = []
     for o in ops:
@@ -235,9 +245,9 @@ def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     return rows
 
 
-def _calibration(run_dir: Path) -> dict | None:
+def _calibration(run: RunDir) -> dict | None:
     """The window calibration's choice (timing.window_ms: auto), without its recorded rounds."""
-    rec = read_calibration(run_dir)
+    rec = load.calibration(run)
     return {k: rec.get(k) for k in ("window_ms", "why", "device", "gpu")} if rec else None
 
 
@@ -281,66 +291,64 @@ def _environment(s: Settings) -> jinja2.Environment:
     return env_t
 
 
-def card_markdown(s: Settings, run_dir: Path, decisions: dict, failures: list[dict]) -> str:
+def card_markdown(s: Settings, run: RunDir, decisions: dict, failures: list[dict]) -> str:
     """The answer card alone, as report.md opens with it (without the summary figure and its table)."""
     return _environment(s).get_template("answer_card.md.j2").render(
-        card=answer_card(s, run_dir, decisions, failures), summary_rows=[], summary_png=None,
+        card=answer_card(s, run, decisions, failures), summary_rows=[], summary_png=None,
         layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)))
 
 
-def render_report(s: Settings, run_dir: Path, out: Path) -> Path:
-    plan = pl.read_parquet(run_dir / "plan.parquet")
-    meas = pl.read_parquet(run_dir / "measurements.parquet")
-    decisions = json.loads((run_dir / "decisions.json").read_text())
+def render_report(s: Settings, run: RunDir, out: Path) -> Path:
+    plan = load.plan(run)
+    meas = load.measurements(run)
+    decisions = load.decisions(run)
+    recorded = load_sessions(run)
     ops = _op_rows(decisions, meas)
     for row in ops:
-        row["timeline"] = _timeline(run_dir, row["case"]) if row["case"] else None
-    from tptune.records.run_status import run_failures
-
-    status = run_failures(run_dir)   # every failed member, every retried attempt, every stage none of whose members ran
+        row["timeline"] = _timeline(run, row["case"]) if row["case"] else None
+    status = run_failures(recorded)   # every failed member, every retried attempt, every stage none of whose members ran
     failures = status["members"]
     runs = meas.filter(pl.col("wall_s").is_not_null())
     gpu_s = float((runs["wall_s"] * runs["tp"]).sum()) if runs.height else 0.0
     started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
     env = {}
     for r in meas.iter_rows(named=True):
-        p = run_dir / "sessions" / r["session"] / parse_case_id(r["case"]).dir_name / "run.json"
-        if p.exists():
-            env = json.loads(p.read_text()).get("environment") or {}
+        p = _member(recorded, r["session"], r["case"])
+        if p is not None:
+            env = p.get("environment") or {}
             if env:
                 break
-    sessions = [json.loads(p.read_text()) for p in sorted(run_dir.glob("sessions/**/session.json"))]
+    sessions = [x.record for x in recorded]
     session_rows = [{"session": x["session"], "members": len(x["members"]), "rounds": x["rounds"],
                      "stop": x["stop"], "wall_s": x["wall_s"], "gpu_s": x.get("gpu_s"),
                      "failed": x.get("failed") or []} for x in sessions]
     gpu_s = sum(x.get("gpu_s") or 0.0 for x in sessions) or gpu_s
     env_t = _environment(s)
-    card = answer_card(s, run_dir, decisions, failures)
+    card = answer_card(s, run, decisions, failures)
     shown = {f["name"] for f in card["load"]} if card["files"]["recorded"] else None
 
     def listed_text(name):
         """An unsuffixed file's text where the card lists it (a run recorded before its files were listed:
         where it exists)."""
-        path = run_dir / name
-        return path.read_text() if (shown is None or name in shown) and path.exists() else None
-    summary = summary_rows(run_dir, decisions)
-    png = plot_summary(summary, run_dir / "figures" / "summary.png")
+        return load.text(run.file(name)) if shown is None or name in shown else None
+    summary = summary_rows(recorded, decisions)
+    png = plot_summary(summary, run.summary_png)
     text = env_t.get_template("report.md.j2").render(
-        card=card, summary_rows=summary, summary_png=str(png.relative_to(run_dir)) if png else None,
+        card=card, summary_rows=summary, summary_png=str(png.relative_to(run.root)) if png else None,
         layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)),
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
         comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
-        tp_files=sorted(p.name for p in run_dir.glob("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
+        tp_files=sorted(p.name for p in run.files("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=listed_text("tp_comm_overlap_cfg.yaml"),
-        chunk_text=listed_text("chunked_cfg.yaml"), run_dir=run_dir, sessions=session_rows,
+        chunk_text=listed_text("chunked_cfg.yaml"), run_dir=run.root, sessions=session_rows,
         flags_text=listed_text("megatron_flags.txt"),
         tps_measured=sorted({int(t) for rec in decisions["ops"].values() for t in rec.get("points") or {}}),
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
         overlap_md=_overlap_md(s),
         layer=decisions["meta"].get("layer") or {},
-        calibration=_calibration(run_dir), shape_rows=_shape_rows(run_dir, meas, ops),
+        calibration=_calibration(run), shape_rows=_shape_rows(recorded, meas, ops),
         status=status, measured_with=_measured_with(sessions),
     )
     out.write_text(text)

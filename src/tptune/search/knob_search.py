@@ -50,17 +50,19 @@ def first_session(s: Settings, op: str, tp: int) -> Session:
 def step_record(s: Settings, op: str, tp: int, step: int, prev: dict | None, run_dir: Path) -> dict:
     """One checkpoint step of the knob search (the record shape of search.steps.step_record, plus
     ``label``/``next_label`` per session and, when done, ``reference``, ``cost`` and ``changes``)."""
-    from tptune.records.sessions import read_session, session_dir, step_session_name
+    from tptune.records.run_dir import RunDir
+    from tptune.records.sessions import load_session
 
     plan = planner_args(s, op, tp)
     first = plan_next(op, tp, measured={}, **plan)
     sessions = list(prev["sessions"]) if prev else []
     label, values = (prev["next_label"], list(prev["next"])) if prev else (first.label, list(first.members))
-    rel = str(session_dir(Path("."), op, tp, step_session_name(DIM, step)))
+    rel = str(RunDir(".").step_session(op, tp, DIM, step))
     sessions.append({"step": step, "label": label, "values": values, "session": rel})
     measured, gpu_s = {}, 0.0
     for entry in sessions:
-        sess, runs = read_session(run_dir, entry["session"])
+        recorded = load_session(Path(run_dir) / entry["session"])
+        sess, runs = recorded.record, recorded.points
         missing = [v for v in entry["values"] if v not in runs]
         if missing:
             raise ValueError(f"{entry['session']}: session.json lacks {', '.join(missing)}")

@@ -15,7 +15,8 @@ from typing import Callable
 
 from tptune.cases import Case, Variant, make_case, parse_case_id
 from tptune.records.points import point_summary
-from tptune.records.sessions import read_session, session_dir, step_session_name
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session
 from tptune.search import bisect, knob_search
 from tptune.settings.resolve import Settings, step_margins
 from tptune.te.methods import chunk_candidates, te_candidates
@@ -115,12 +116,12 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
     sessions = list(prev["sessions"]) if prev else []
     values = _step_values(s, op, dim, prev)
     if values:
-        rel = str(session_dir(Path("."), op, tp, step_session_name(dim_name, step)))
+        rel = str(RunDir(".").step_session(op, tp, dim_name, step))
         sessions.append({"step": step, "values": values, "session": rel})
     win, floor = step_margins(s)
     measured, pairs = {}, {}
     for entry in sessions:
-        _, runs = read_session(run_dir, entry["session"])
+        runs = load_session(Path(run_dir) / entry["session"]).points
         pts = {v: runs[dim.case_of(v).id] for v in entry["values"]}
         measured.update(pts)
         if len(entry["values"]) == 2:

@@ -17,21 +17,12 @@ from tptune.settings.schema import problems as schema_problems
 from tptune.model.spec import ModelConfig, load_model
 from tptune.model.ops import OPS, overlap_ops
 
-CALIBRATION_JSON = "calibration/window.json"    # a run's window calibration (timing.window_ms: auto), beside config.json
 SCHEMA = yaml.safe_load((Path(__file__).parents[1] / "data" / "config.schema.yaml").read_text())
 PER_OP_KEYS = {"timing", "search", "check"}
 ROOT = Path(__file__).resolve().parents[3]     # the checkout: Snakefile, config/, rules/
 DEFAULTS = Path("config") / "config.yaml"       # what the Snakefile loads before any --configfile
 RUN_FILE_HINT = ("a run config YAML (layered over config/config.yaml, as snakemake --configfile is) or a "
                  "run's outputs/<run>/config.json")
-
-
-def read_calibration(run_dir: str | Path) -> dict | None:
-    """The run's window calibration record (window_calibration), or None where it has none."""
-    try:
-        return json.loads((Path(run_dir) / CALIBRATION_JSON).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def deep_merge(base: dict, over: dict) -> dict:

@@ -10,13 +10,11 @@ is set and a report says so beside the figure.
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from tptune.records.sessions import read_point
+from tptune.records.sessions import PooledWith, Session
 from tptune.stats.rounds import log_ratio_interval, paired_log_ratios, point_rounds, t975
 
 
@@ -58,71 +56,42 @@ def pooled_ratio(blocks: list[tuple[str, dict[int, float], dict[int, float]]]) -
     return Pooled(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n, sessions, het)
 
 
-def session_blocks(session_dirs: list[tuple[str, Path, str, str]]) -> list[tuple[str, dict, dict]]:
-    """[(name, session folder, a's case, b's case)] -> pooled_ratio's blocks, read from run.json files
-    (a session that lacks either case is skipped)."""
+def session_blocks(pairs: list[tuple[str, Session | None, str, str]]) -> list[tuple[str, dict, dict]]:
+    """[(name, recorded session, a's case, b's case)] -> pooled_ratio's blocks (a session that is not
+    recorded, or lacks either case, is skipped)."""
     out = []
-    for name, d, a, b in session_dirs:
-        sj = Path(d) / "session.json"
-        if not sj.exists():
+    for name, sess, a, b in pairs:
+        if sess is None or a not in sess.points or b not in sess.points:
             continue
-        runs = json.loads(sj.read_text())["runs"]
-        if a not in runs or b not in runs:
-            continue
-        out.append((name, point_rounds(read_point(Path(d) / runs[a])), point_rounds(read_point(Path(d) / runs[b]))))
+        out.append((name, point_rounds(sess.points[a]), point_rounds(sess.points[b])))
     return out
 
 
-def run_pairs(run_dir: Path, a: str, b: str, under: str = "sessions") -> list[tuple[str, dict, dict]]:
+def run_pairs(sessions: list[Session], a: str, b: str) -> list[tuple[str, dict, dict]]:
     """Every session of a run that measured both ``a`` and ``b`` (search steps, TP points, the block)."""
-    run_dir = Path(run_dir)
-    return session_blocks([(str(sj.parent.relative_to(run_dir / under)), sj.parent, a, b)
-                           for sj in sorted((run_dir / under).glob("**/session.json"))])
+    return session_blocks([(s.name, s, a, b) for s in sessions])
 
 
-POOLED_WITH = "pooled_with.json"
-
-
-def _same_cfgs(a: Path, b: Path) -> bool | None:
-    """Whether two ub_cfgs YAML files hold the same settings (comments aside); None when one is missing."""
-    import yaml
-
-    if not (a.exists() and b.exists()):
-        return None
-    return yaml.safe_load(a.read_text()) == yaml.safe_load(b.read_text())
-
-
-def block_pooled(run_dir: Path, layer_rec: dict) -> dict:
-    """The block's tuned / each reference pooled over this run's block session and the sessions named in
-    ``pooled_with.json`` (other runs of the same config, ``tptune verify`` of this run's file):
-    ``[{"session": folder, "tuned": the file's case there, "file": its preset yaml (optional)}]``. A
-    session whose file differs from this run's tuned preset is left out and named."""
-    run_dir = Path(run_dir)
-    spec = run_dir / POOLED_WITH
-    if not spec.exists():
+def block_pooled(layer_rec: dict, own: Session | None,
+                 pooled_with: tuple[list[PooledWith], list[dict]] | None) -> dict:
+    """The block's tuned / each reference pooled over this run's block session ``own`` and the sessions
+    named in the run's pooled_with.json (records.sessions.load_pooled_with: other runs of the same config,
+    ``tptune verify`` of this run's file). A session whose file differs from this run's tuned preset is
+    left out and named."""
+    if pooled_with is None:
         return {}
-    tp, tuned = layer_rec["tp"], layer_rec["tuned"]
-    own = run_dir / "sessions" / "layer" / f"tp{tp}"
-    mine = run_dir / "presets" / f"{tuned.split('ub.', 1)[-1]}.yaml"
-    others, skipped = [], []
-    for o in json.loads(spec.read_text()):
-        if o.get("tp", tp) != tp:
-            continue
-        same = _same_cfgs(mine, (run_dir / o["file"])) if o.get("file") else None
-        if same is False:
-            skipped.append({"session": o["session"], "why": "another file"})
-            continue
-        others.append((o["session"], run_dir / o["session"], o["tuned"], same))
+    others, skipped = pooled_with
+    tuned = layer_rec["tuned"]
     out = {}
     for row in layer_rec["settings"]:
         ref = row["case"]
         if ref == tuned:
             continue
         blocks = session_blocks([("this run", own, tuned, ref)] +
-                                [(name, d, t, ref) for name, d, t, _ in others])
+                                [(o.name, o.session, o.tuned, ref) for o in others])
         if len(blocks) > 1:
             p = pooled_ratio(blocks)
             if p is not None:
                 out[row["variant"]] = p.to_dict()
-    return {"pooled": out, "sessions": ["this run"] + [n for n, *_ in others],
-            "checked_same_file": {n: s for n, _, _, s in others}, "skipped": skipped}
+    return {"pooled": out, "sessions": ["this run"] + [o.name for o in others],
+            "checked_same_file": {o.name: o.same_file for o in others}, "skipped": skipped}

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from pathlib import Path
 
-from tptune.records.sessions import read_session
+from tptune.records.sessions import Session
 from tptune.stats.rounds import paired_log_ratios as pair_log_ratios
 from tptune.stats.rounds import point_rounds, t975
 
@@ -75,29 +74,20 @@ def resolvable_sd(margin: float, rounds: int) -> float:
     return math.log1p(margin) * math.sqrt(rounds) / t975(rounds - 1)
 
 
-def _session_op(run_dir: Path, session_json: Path) -> str:
-    """sessions/<op>/tp<N>/... -> op (a layer session: "layer")."""
-    return session_json.relative_to(Path(run_dir) / "sessions").parts[0]
-
-
-def op_noise(run_dir: Path) -> dict[str, dict]:
+def op_noise(sessions: list[Session]) -> dict[str, dict]:
     """{op: {sd, df, typical_sd, pairs, sessions, max_rounds}} over every recorded session of the run
-    (module doc)."""
-    run_dir = Path(run_dir)
+    (module doc; records.sessions.load_sessions)."""
     by_op: dict[str, dict] = {}
-    for sj in sorted(run_dir.glob("sessions/**/session.json")):
-        rel = str(sj.parent.relative_to(run_dir))
-        try:
-            rec, runs = read_session(run_dir, rel)
-        except (OSError, ValueError, KeyError):
-            continue   # a session being written, or one whose members were not all kept
-        pairs = session_pairs(rec, runs)
+    for sess in sessions:
+        if not sess.complete:
+            continue   # a session whose members were not all kept
+        pairs = session_pairs(sess.record, sess.points)
         if not pairs:
             continue
-        d = by_op.setdefault(_session_op(run_dir, sj), {"pairs": [], "sessions": 0, "max_rounds": 0})
+        d = by_op.setdefault(sess.op, {"pairs": [], "sessions": 0, "max_rounds": 0})
         d["pairs"] += pairs
         d["sessions"] += 1
-        d["max_rounds"] = max(d["max_rounds"], int(rec.get("max_rounds") or 0))
+        d["max_rounds"] = max(d["max_rounds"], int(sess.record.get("max_rounds") or 0))
     out = {}
     for op, d in sorted(by_op.items()):
         sd, df = pooled_sd(d["pairs"])

@@ -1,0 +1,60 @@
+"""The run's derived records, read at the edge: search results, TP points, the layer stage's records, the
+TP point's trace analysis, decisions.json (RunDir names where each lies). The sessions themselves:
+records.sessions."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from tptune.records.run_dir import RunDir
+
+
+def read_json(path: str | Path):
+    return json.loads(Path(path).read_text())
+
+
+def tp_results(run: RunDir, op: str, tp: int) -> list[dict]:
+    """Each search's result at (op, TP): what the TP point measures."""
+    return read_json(run.tp_results(op, tp))
+
+
+def tp_point(run: RunDir, op: str, tp: int) -> dict:
+    return read_json(run.tp_point(op, tp))
+
+
+def layer_results(run: RunDir, tps) -> dict[int, dict]:
+    """{tp: layer/tp<N>.json} of the TP sizes in ``tps`` whose block was recorded."""
+    return {t: read_json(run.layer_json(t)) for t in tps if run.layer_json(t).exists()}
+
+
+def point_analysis(run: RunDir, op: str, tp: int) -> pl.DataFrame | None:
+    """The trace analysis of the TP point's session (analysis/<op>/tp<N>/point.parquet), None when missing."""
+    path = run.point_analysis(op, tp)
+    return pl.read_parquet(path) if path.exists() else None
+
+
+def decisions(run: RunDir) -> dict:
+    return read_json(run.decisions_json)
+
+
+def plan(run: RunDir) -> pl.DataFrame:
+    return pl.read_parquet(run.plan_parquet)
+
+
+def measurements(run: RunDir) -> pl.DataFrame:
+    return pl.read_parquet(run.measurements_parquet)
+
+
+def calibration(run: RunDir) -> dict | None:
+    """The run's window calibration record (cli.calibrate), or None where it has none."""
+    try:
+        return read_json(run.calibration_json)
+    except (OSError, ValueError):
+        return None
+
+
+def text(path: Path) -> str | None:
+    """A file's text, None where it does not exist."""
+    return path.read_text() if path.exists() else None
