@@ -32,7 +32,7 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], run_d
     """Chosen TP and setting of one op, with runner-up and evidence, from its recorded TP points
     (recorded_points). TP=1 (no tensor parallelism) has no setting of its own: its evidence is the
     start TP's points, where no setting hid enough."""
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     chosen = final["chosen_tp"]
     at = points.get(chosen) or points[max((t for t in points if t <= chosen), default=min(points))]
     winner, runner_up, comparisons = best_at(at, floor)
@@ -71,7 +71,7 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], run_d
 
 
 def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     records, points_by_op = {}, {}
     for f in final_files:
         final = json.loads(Path(f).read_text())
@@ -89,7 +89,7 @@ def decide(s: Settings, run_dir: Path, final_files: list[Path]) -> dict:
             "precision": w.precision_label,
             "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
             "model_tp_evidence": tp_evidence, "memory": mem,
-            "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
+            "noise_floor": floor, "tp_tolerance": s.decision.tp_tolerance,
             "measurement": measurement_summary(run_dir, points_by_op, floor, s.device)}
     meta["model_efficiency"] = summed_efficiency(records, points_by_op)
     for e in tp_evidence:   # the model-level hiding figure: the summed ops, each capped at its bound

@@ -89,7 +89,7 @@ def batch_step(point: dict) -> float | None:
 def tp_point(s: Settings, op: str, tp: int, run_dir: Path) -> dict:
     """The evidence of one (op, TP), all from one side-by-side session: the references, each search's
     winner and the tuned combinations; the best setting; the bound check; host-bound flags."""
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     results = _read(run_dir / "search" / op / f"tp{tp}" / "results.json")
     members, tuned = point_members(s, op, tp, results)
     sess, runs = read_session(run_dir, str(session_dir(Path("."), op, tp, "point")))

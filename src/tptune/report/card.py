@@ -203,7 +203,7 @@ def _efficiency(decisions: dict) -> tuple[str | None, str | None]:
 
 def answer_card(s, run_dir: Path, decisions: dict, failures: list[dict]) -> dict:
     meta = decisions["meta"]
-    margin = meta.get("noise_floor") or s.config["decision"]["noise_floor"]
+    margin = meta.get("noise_floor") or s.decision.noise_floor
     files = _files(meta, run_dir, s.backend)
     flags = None
     flags_file = Path(run_dir) / "megatron_flags.txt"
