@@ -176,10 +176,10 @@ def test_knob_search_needs_the_te_backend(pool_dir):
         resolve_here(base_config(pool_dir, backend="torch", search={"mode": "knobs"}), check_hardware=False)
     with pytest.raises(ConfigError, match=r"field 'op_settings.fc1.search.mode': knobs"):
         resolve_here(base_config(pool_dir, backend="torch", op_settings={"fc1": {"search": {"mode": "knobs"}}}),
-                check_hardware=False)
+                     check_hardware=False)
     with pytest.raises(ConfigError, match=r"field 'search.knobs': knobs.num_sm"):
         resolve_here(base_config(pool_dir, backend="te", search={"mode": "knobs", "knobs": {"num_sm": [0]}}),
-                check_hardware=False)
+                     check_hardware=False)
 
 
 def test_the_gpu_config_is_affordable():

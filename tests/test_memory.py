@@ -248,4 +248,4 @@ def test_settings_and_gpu_memory_sources(pool_dir):
     with pytest.raises(ConfigError, match="parallel.recompute"):
         resolve_here(base_config(pool_dir, parallel={"recompute": "some"}))
     assert resolve_here(base_config(pool_dir, parallel={"dp": 4}, decision={"min_tp": 2},
-                               hardware={"gpu_memory_gb": 139.8})).parallel.dp == 4
+                                    hardware={"gpu_memory_gb": 139.8})).parallel.dp == 4

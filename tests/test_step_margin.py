@@ -127,7 +127,8 @@ def test_runner_up_is_the_last_value_compared_with_the_best_inside_the_floor():
 def test_tuned_combinations_take_the_runner_ups():
     from tptune.search.steps import tuned_cases
 
-    s = types.SimpleNamespace(backend="te", op=lambda op: types.SimpleNamespace(search=Search.from_dict({"mode": "bisect"})))
+    search = Search.from_dict({"mode": "bisect"})
+    s = types.SimpleNamespace(backend="te", op=lambda op: types.SimpleNamespace(search=search))
     results = {"fprop.ring_exchange": {"best_case": "qkv-tp2-ub.te+fprop.ring"},
                "dgrad.bulk": {"best_case": "qkv-tp2-ub.te+dgrad.bulk.sm2"},
                "wgrad.bulk": {"best_case": "qkv-tp2-ub.te+wgrad.bulk.sm4",

@@ -91,7 +91,8 @@ def test_calibration_runs_real_sessions_and_writes_an_overlay_the_workflow_accep
     # the burn-in round is measured and kept in the record, left out of the table
     assert rec["burn_in"] == 1
     assert all(len(m["rounds"]) == 4 and len(m["rounds"][0]) == 12 for m in members.values())
-    assert rec["window_ms"] in (5.0, 40.0) and rec["target_sd"] == pytest.approx(wc.target_sd(s.decision.noise_floor, s.timing.max_rounds))
+    assert rec["window_ms"] in (5.0, 40.0) and rec["target_sd"] == pytest.approx(
+        wc.target_sd(s.decision.noise_floor, s.timing.max_rounds))
     js, overlay = wc.write_calibration(rec, tmp_path / "calibration")
     assert js.exists() and overlay.read_text().startswith("# tptune calibrate-window on cpu:")
     run_cfg = tmp_path / "run.yaml"
@@ -159,7 +160,7 @@ def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir
     assert w.op("fc2").timing.window_ms == 250          # an op's own number stays
     assert s.timing.window_ms == "auto"                    # a copy: s is unchanged
     only_op = resolve_here(deep_merge(base_config(pool_dir), {"op_settings": {"fc1": {"timing": {"window_ms": "auto"}}}}),
-                      source="t")
+                           source="t")
     assert only_op.window_auto and only_op.with_window(1000.0).op("fc1").timing.window_ms == 1000.0
     # a job reads the run's config.json; a measuring job cannot go on without the calibration
     run_json = tmp_path / "config.json"

@@ -227,7 +227,8 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
 
 def _record(s, candidates, rounds: int, **measured) -> dict:
     """A calibration record's settings part (what ``analyse`` needs and the report shows) and ``measured``."""
-    return {"candidates": sorted(candidates), "burn_in": BURN_IN, "target_sd": target_sd(s.decision.noise_floor, s.timing.max_rounds),
+    return {"candidates": sorted(candidates), "burn_in": BURN_IN,
+            "target_sd": target_sd(s.decision.noise_floor, s.timing.max_rounds),
             "target_fraction": TARGET_FRACTION, "noise_floor": s.decision.noise_floor,
             "max_rounds": int(s.timing.max_rounds), "pair": list(PAIR), "tp": 1,
             "shard": min(s.tp_sizes), "rounds": rounds, "preroll_ms": s.timing.preroll_ms,

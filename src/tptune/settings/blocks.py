@@ -128,7 +128,7 @@ class Layer(_Block):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Launcher(_Block):
+class LauncherSettings(_Block):
     pool_dir: str | None = None
     case_timeout_s: float | None = None
     startup_timeout_s: float | None = None

@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 
 from tptune.errors import ConfigError
-from tptune.settings.blocks import (Decision, Hardware, Launcher, Layer, OpSettings, Parallel, Search, Timing,
-                                    margins_problem, rounds_problem)
+from tptune.settings.blocks import (Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
+                                    Timing, margins_problem, rounds_problem)
 from tptune.settings.schema import problems as schema_problems
 from tptune.model.spec import ModelConfig, load_model
 from tptune.model.ops import OPS, overlap_ops
@@ -73,7 +73,7 @@ class Settings:
     search: Search = field(init=False)
     decision: Decision = field(init=False)
     layer: Layer = field(init=False)
-    launcher: Launcher = field(init=False)
+    launcher: LauncherSettings = field(init=False)
     hardware: Hardware = field(init=False)
     parallel: Parallel = field(init=False)
     faults: dict = field(init=False)
@@ -89,7 +89,7 @@ class Settings:
         put("search", Search.from_dict(c.get("search")))
         put("decision", Decision.from_dict(c.get("decision")))
         put("layer", Layer.from_dict(c.get("layer")))
-        put("launcher", Launcher.from_dict(c.get("launcher")))
+        put("launcher", LauncherSettings.from_dict(c.get("launcher")))
         put("hardware", Hardware.from_dict(c.get("hardware")))
         put("parallel", Parallel.from_dict(c.get("parallel")))
         put("faults", dict(c.get("faults") or {}))
