@@ -20,7 +20,8 @@ from tptune.cases import parse_case_id  # noqa: E402
 from tptune.search.knobs import plan_next, plan_result  # noqa: E402
 from tptune.te.methods import grid_size  # noqa: E402
 from tptune.te.ubcfg import case_ub_cfgs  # noqa: E402
-from tptune.settings.resolve import load_config_files, resolve  # noqa: E402
+from tptune.measure.preflight import resolve_here  # noqa: E402
+from tptune.settings.resolve import load_config_files  # noqa: E402
 
 ROUNDS = [1.0, 1.004, 0.998, 1.001]             # one drift shared by a session's members
 
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--moving", action="store_true", help="the landscape where pipeline and num_sm 8 win")
     a = ap.parse_args(argv)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.configfile)
-    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    s = resolve_here(cfg, base_dir=ROOT, check_hardware=False)
     model = moving if a.moving else flat
     for tp in s.tp_sizes:
         total_s = total_m = 0

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
         s, mc, ops = load_sharded(a.config, a.shard, a.ops)
     except ValueError as e:
         raise SystemExit(f"--shard: {e}")
-    launcher = Launcher(s.launcher_settings())
+    launcher = Launcher(s)
     effects: dict[str, list[float]] = {"lead-in": [], "none": []}
     sessions = []
     t0 = time.monotonic()
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
                 for arm in arms:
                     time.sleep(a.gap_s)
                     members = [make_case(op, 1, v) for v in PAIR]
-                    op_settings = dict(s.op_settings(op))
+                    op_settings = s.op(op).as_dict()
                     op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=a.rounds,
                                                                 max_rounds=a.rounds, profile_steps=0,
                                                                 lead_in=arm == "lead-in"))

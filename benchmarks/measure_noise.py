@@ -26,7 +26,8 @@ from pathlib import Path
 
 from tptune.cases import make_case
 from tptune.measure.launch import Launcher
-from tptune.settings.resolve import load_config_files, resolve
+from tptune.measure.preflight import resolve_here
+from tptune.settings.resolve import load_config_files
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("gpu", "events")
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write every call's figures here")
     a = ap.parse_args(argv)
     cfg = load_config_files(ROOT / "config" / "config.yaml", *a.config)
-    s = resolve(cfg, source=", ".join(a.config) or "config/config.yaml", node_tps=[a.tp] if a.tp else None)
+    s = resolve_here(cfg, source=", ".join(a.config) or "config/config.yaml", node_tps=[a.tp] if a.tp else None)
     tp = a.tp or s.tp_sizes[0]
     default = next((v for v in a.variant if "=" not in v), "ub.te" if s.backend == "te" else "none")
     per_op = dict(v.split("=", 1) for v in a.variant if "=" in v)
@@ -106,7 +107,7 @@ def main(argv=None) -> int:
     variant = default if not per_op else ", ".join(f"{op}={v}" for op, v in variants.items())
     against = "none" if a.against is None else a.against
     against = against or None
-    launcher = Launcher(s.launcher_settings())
+    launcher = Launcher(s)
     rows: dict[tuple[str, str], list[dict]] = {}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tptune-noise-") as tmp:
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
                 for k, (v, mode) in enumerate(runs):
                     key = f"{mode}:{v}" if k >= 2 else mode
                     case = make_case(op, tp, v)
-                    op_settings = dict(s.op_settings(op))
+                    op_settings = s.op(op).as_dict()
                     timing = dict(op_settings["timing"], mode=mode, min_rounds=a.rounds, max_rounds=a.rounds,
                                   profile_steps=0)
                     if a.iters:
@@ -140,9 +141,9 @@ def main(argv=None) -> int:
                         "batches": run["host"]["batches"],
                         "iter_mhz": (run["host"]["batches"][0].get("clock") or {}).get("iter_mhz"),
                         "iterations_ms": run["timing"]["total_ms"]["samples"]})
-    window = s.config["timing"].get("window_ms", 0) if a.window_ms is None else a.window_ms
+    window = (s.timing.window_ms or 0) if a.window_ms is None else a.window_ms
     print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
-          f"{a.rounds} round(s) of {s.config['timing']['iters'] if not a.iters else a.iters} timed iterations per call"
+          f"{a.rounds} round(s) of {s.timing.iters if not a.iters else a.iters} timed iterations per call"
           f"{f' or {window:.0f} ms of a GPU-bound op' if window else ''} ({time.monotonic() - t0:.0f} s)")
     print(f"{'op':5} {'mode':7} {'median ms':>10} {'spread':>7} {'min':>8} {'max':>8} {'host ms':>8} "
           f"{'host ahead':>10} {'SM MHz':>11} {'cycles spread':>13} {'iters':>5}")

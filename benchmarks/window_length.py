@@ -238,7 +238,7 @@ def main(argv=None) -> int:
         ap.error("--pair takes two settings and --windows at least one window <= --window-ms")
     if skips[0] < 0 or skips[-1] + windows[-1] > a.window_ms:
         ap.error("--skips: each skip plus the longest window must fit in --window-ms")
-    launcher = Launcher(s.launcher_settings())
+    launcher = Launcher(s)
     out: dict = {"model": mc.model.name, "tp": a.tp, "shard": a.shard, "pair": pair, "rounds": a.rounds,
                  "window_ms": a.window_ms, "half": a.half, "preroll_ms": a.preroll_ms, "skips": list(skips),
                  "ops": {}}
@@ -246,7 +246,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tptune-window-") as tmp:
         for op in ops:
             members = [make_case(op, a.tp, v) for v in pair]
-            op_settings = dict(s.op_settings(op))
+            op_settings = s.op(op).as_dict()
             op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=a.rounds,
                                                         max_rounds=a.rounds, profile_steps=0,
                                                         window_ms=a.window_ms))

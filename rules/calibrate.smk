@@ -9,8 +9,8 @@ rule calibrate_window:
     params:
         cfg=CONFIG_JSON,
         settings=lambda wc: json.dumps({"backend": S.backend, "device": S.device, "ops": S.ops, "tp": S.tp_sizes[0],
-                                        "timing": S.config["timing"],
-                                        "noise_floor": S.config["decision"]["noise_floor"]},
+                                        "timing": S.timing.as_dict(),
+                                        "noise_floor": S.decision.noise_floor},
                                        sort_keys=True),
     resources:
         gpus=1,

@@ -8,18 +8,18 @@ from snakemake.exceptions import WorkflowError
 
 from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError, TptuneError
+from tptune.measure.preflight import resolve_here
 from tptune.records import run_lock
 from tptune.records.run_dir import SESSION_JSON, RunDir
 from tptune.search import measurement as wm
 from tptune.search import steps as wf
-from tptune.settings.resolve import resolve, step_margins
 
 try:
     # A dry run only plans, and a submit host (TPTUNE_SUBMIT_ONLY=1, e.g. a Slurm login node) only
     # submits: neither needs a GPU (the measuring jobs check the hardware they run on).
-    S = resolve(config, source="run config (config/config.yaml + --configfile/--config)",
-                check_hardware=not (getattr(workflow.output_settings, "dryrun", False)
-                                    or os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"))
+    S = resolve_here(config, source="run config (config/config.yaml + --configfile/--config)",
+                     check_hardware=not (getattr(workflow.output_settings, "dryrun", False)
+                                         or os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"))
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 
@@ -84,17 +84,17 @@ def layer_measurement(wc):
 
 def step_derive_params(wc):
     """What a search step's record derives with besides its sessions: the op's search, the margins."""
-    return json.dumps({"backend": S.backend, "search": S.op_settings(wc.op)["search"],
-                       "margins": step_margins(S)}, sort_keys=True)
+    return json.dumps({"backend": S.backend, "search": S.op(wc.op).search.as_dict(),
+                       "margins": S.decision.step_margins}, sort_keys=True)
 
 
 def point_derive_params(wc):
-    return json.dumps({"backend": S.backend, "search": S.op_settings(wc.op)["search"],
-                       "noise_floor": S.config["decision"]["noise_floor"]}, sort_keys=True)
+    return json.dumps({"backend": S.backend, "search": S.op(wc.op).search.as_dict(),
+                       "noise_floor": S.decision.noise_floor}, sort_keys=True)
 
 
 def tp_derive_params(wc):
-    return json.dumps({k: S.config.get(k) for k in ("decision", "gpus_per_node", "parallel", "hardware")}
+    return json.dumps(S.recorded("decision", "gpus_per_node", "parallel", "hardware")
                       | {"tps": S.tp_sizes}, sort_keys=True)
 
 
@@ -232,7 +232,7 @@ def all_session_analysis(wc):
 
 def layer_tps():
     """TP sizes measured for every op: the layer stage runs at each (nothing when it is disabled)."""
-    if not (S.config.get("layer") or {}).get("enabled", True):
+    if not S.layer.enabled:
         return []
     _ckpt_output(checkpoints.searches_done)
     return sorted(set.intersection(*(set(tp_chain(op)[0]) for op in S.ops)))

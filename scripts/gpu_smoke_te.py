@@ -59,7 +59,8 @@ def main() -> int:
     from tptune.cases import make_case
     from tptune.measure.gpupool import count_gpus
     from tptune.measure.launch import Launcher
-    from tptune.settings.resolve import load_config_files, resolve, te_available
+    from tptune.measure.preflight import resolve_here, te_available
+    from tptune.settings.resolve import load_config_files
 
     n_torch = torch.cuda.device_count()  # no CUDA context is created in this (client) process
     say(f"count_gpus()={count_gpus()} torch.cuda.device_count()={n_torch} te_available()={te_available()} "
@@ -78,10 +79,10 @@ def main() -> int:
     cfg["launcher"].update(pool_dir=str(work / "pool"), case_timeout_s=args.case_timeout, idle_timeout_s=90,
                            retries=0)
     t0 = time.time()
-    s = resolve(cfg, base_dir=ROOT)
+    s = resolve_here(cfg, base_dir=ROOT)
     say(f"resolve ok: backend={s.backend} device={s.device} model={s.model.model.name} "
         f"tokens={s.model.workload.tokens} ({time.time() - t0:.2f}s)")
-    launcher = Launcher(s.launcher_settings())
+    launcher = Launcher(s)
 
     cases = [make_case(op, args.tp, v) for op in s.ops for v in args.variants.split(",")]
     for spec in filter(None, args.extra.split(",")):
@@ -92,7 +93,7 @@ def main() -> int:
     stage.mkdir()
     rows = []
     for case in cases:
-        op_settings = s.op_settings(case.op)
+        op_settings = s.op(case.op).as_dict()
         case_dir = work / "runs" / case.dir
         t1 = time.time()
         try:

@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tptune.cases import make_case  # noqa: E402
 from tptune.measure.launch import Launcher  # noqa: E402
-from tptune.settings.resolve import load_config_files, resolve  # noqa: E402
+from tptune.measure.preflight import resolve_here  # noqa: E402
+from tptune.settings.resolve import load_config_files  # noqa: E402
 
 
 def main() -> int:
@@ -28,12 +29,12 @@ def main() -> int:
     cfg = load_config_files(root / "config" / "config.yaml")
     cfg.update(model=a.model, backend="te", tp_sizes=[a.tp])
     cfg["launcher"]["pool_dir"] = tempfile.mkdtemp(prefix="tptune-verify-")
-    s = resolve(cfg, base_dir=root)
-    launcher = Launcher(s.launcher_settings())
+    s = resolve_here(cfg, base_dir=root)
+    launcher = Launcher(s)
     out = Path(a.out or tempfile.mkdtemp(prefix="verify-"))
     rows = []
     for op in s.ops:
-        settings = dict(s.op_settings(op), check=True, te={"ub_cfgs_file": str(Path(a.yaml).resolve())})
+        settings = dict(s.op(op).as_dict(), check=True, te={"ub_cfgs_file": str(Path(a.yaml).resolve())})
         settings["timing"] = {"warmup": 3, "iters": 5, "min_rounds": 1, "max_rounds": 1, "profile_steps": 0}
         case = make_case(op, a.tp, "ub.te")  # the preset is ignored: the file's ub_cfgs are used as they are
         run = launcher.profile(case, s.model, out / op, settings)

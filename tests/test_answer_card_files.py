@@ -14,7 +14,8 @@ from tptune.cli.main import _settings
 from tptune.report.card import _preset, answer_card
 from tptune.records.run_dir import RunDir
 from tptune.report.render import card_markdown, render_report
-from tptune.settings.resolve import load_config_files, resolve
+from tptune.measure.preflight import resolve_here
+from tptune.settings.resolve import load_config_files
 from tptune.stats.efficiency import Efficiency
 
 from conftest import FIXTURES, ROOT
@@ -30,7 +31,7 @@ UNSUFFIXED = ["tp_comm_overlap_cfg.yaml", "megatron_flags.txt", "transformer_con
 def settings(backend="torch", model=None, **over):
     cfg = load_config_files(ROOT / "config" / "config.yaml")
     cfg.update(model=str(model or ROOT / "config" / "models" / "tiny.yaml"), backend="torch", **over)
-    s = resolve(cfg, check_hardware=False)
+    s = resolve_here(cfg, check_hardware=False)
     return s if backend == "torch" else dataclasses.replace(s, backend="te", device="cuda")
 
 

@@ -140,15 +140,15 @@ def test_module_uses_the_library_classes_and_adds_the_knobs_they_lack(bridge, tm
 def test_rederived_run_writes_the_module_beside_the_yaml(tmp_path):
     """decide writes tp_overlap_cfg_nemo.py beside tp_comm_overlap_cfg.yaml and the overrides (te runs)."""
     from tptune.cli.rederive import rederive
+    from tptune.measure.preflight import resolve_here
     from tptune.records.run_dir import RunDir
-    from tptune.settings.resolve import resolve
 
     run = tmp_path / KNOBS.name
     shutil.copytree(KNOBS, run)
     (run / emit.BRIDGE_FILE).unlink(missing_ok=True)
     cfg = json.loads((run / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
-    rederive(resolve(cfg, base_dir=ROOT, check_hardware=False), RunDir(run))
+    rederive(resolve_here(cfg, base_dir=ROOT, check_hardware=False), RunDir(run))
     mod = _load(run / emit.BRIDGE_FILE, "tuned_rederived")
     chosen = _ints(yaml.safe_load((run / "tp_comm_overlap_cfg.yaml").read_text()))
     assert _back(mod.ub_cfgs()) == _effective(chosen)

@@ -9,7 +9,8 @@ from tptune.model.plan import Hardware, build_plan
 from tptune.te import ubcfg
 from tptune.records.points import make_point
 from tptune.search.tp_decision import TpPoints, tp_result
-from tptune.settings.resolve import load_config_files, resolve
+from tptune.measure.preflight import resolve_here
+from tptune.settings.resolve import load_config_files
 from tptune.search.steps import dimensions, reference_cases
 
 from conftest import ROOT
@@ -18,7 +19,7 @@ from conftest import ROOT
 @pytest.mark.parametrize("model", ["llama3-70b", "qwen2.5-72b"])
 def test_eight_gpu_configs_plan_tp8(model):
     cfg = load_config_files(ROOT / "config/config.yaml", ROOT / f"config/gpu/h200x8-{model}.yaml")
-    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    s = resolve_here(cfg, base_dir=ROOT, check_hardware=False)
     assert s.tp_sizes == [2, 4, 8] and s.backend == "te"
     assert s.model.tp_problems(8) == []
     plan = build_plan(s.model, s.tp_sizes, Hardware())

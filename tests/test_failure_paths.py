@@ -287,12 +287,13 @@ import socket, sys, time
 from tptune.cases import parse_case_id
 from tptune.measure.launch import Launcher
 from tptune.measure.worker.wire import send_json
-from tptune.settings.resolve import load_run_config, resolve
+from tptune.measure.preflight import resolve_here
+from tptune.settings.resolve import load_run_config
 cfg, source, base = load_run_config([sys.argv[1]])
-s = resolve(cfg, source=source, base_dir=base, check_hardware=False)
+s = resolve_here(cfg, source=source, base_dir=base, check_hardware=False)
 case = parse_case_id("qkv-tp2-none")
-ops = dict(s.op_settings("qkv"))
-settings = Launcher(s.launcher_settings())._settings_for(case, ops, {case.id: "hang:0"}, False, False)
+ops = s.op("qkv").as_dict()
+settings = Launcher(s)._settings_for(case, ops, {case.id: "hang:0"}, False, False)
 conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 conn.connect(sys.argv[2])
 send_json(conn, {"case": case.id, "out_dir": sys.argv[3], "model": s.model.to_dict(), "settings": settings})

@@ -65,7 +65,7 @@ def test_a_rederived_run_writes_one_set_per_tp_and_removes_another_decisions_fil
     """The knob run re-derived: its TP 2 set and the plain-named copy, each yaml with its own switches that
     tptune check passes; files an earlier decision left (a yaml of another TP) are removed, not kept beside."""
     from tptune.cli.rederive import rederive
-    from tptune.settings.resolve import resolve
+    from tptune.measure.preflight import resolve_here
 
     run = tmp_path / "run"
     shutil.copytree(KNOBS, run)
@@ -73,7 +73,7 @@ def test_a_rederived_run_writes_one_set_per_tp_and_removes_another_decisions_fil
     (run / "megatron_flags.txt").write_text("--tp-comm-overlap\n")   # another decision's switches
     cfg = json.loads((run / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
-    rederive(resolve(cfg, base_dir=ROOT, check_hardware=False), RunDir(run))
+    rederive(resolve_here(cfg, base_dir=ROOT, check_hardware=False), RunDir(run))
     files = json.loads((run / "decisions.json").read_text())["meta"]["files"]
     assert files["default"] == "2" and set(files["sets"]) == {"2"}
     assert not (run / "tp_comm_overlap_cfg.tp4.yaml").exists()
@@ -92,13 +92,13 @@ def test_a_tp_whose_every_overlapped_block_setting_failed_gets_no_files(tmp_path
     """The layer record of a TP where the numerics failed every overlapped setting: no set is written for it,
     and no plain-named copy, and decisions.json says why."""
     from tptune.cli.rederive import rederive
-    from tptune.settings.resolve import resolve
+    from tptune.measure.preflight import resolve_here
 
     run = tmp_path / "run"
     shutil.copytree(KNOBS, run)
     cfg = json.loads((run / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
-    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    s = resolve_here(cfg, base_dir=ROOT, check_hardware=False)
     # plant a failed numerics verdict on every overlapped block setting's recorded run
     for rj in (run / "sessions" / "layer" / "tp2").glob("*/run.json"):
         r = json.loads(rj.read_text())
@@ -119,12 +119,12 @@ def test_without_a_block_mixed_dgrad_choices_are_restricted_to_one_switch_set_an
     within one dgrad mode (the likelier by the ops' estimates), checked, marked UNPROVEN in the file."""
     from tptune.decide.files import te_sets
     from tptune.decide.answer import recorded_points
-    from tptune.settings.resolve import resolve
+    from tptune.measure.preflight import resolve_here
 
     cfg = json.loads((KNOBS / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
     cfg["layer"]["enabled"] = False
-    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    s = resolve_here(cfg, base_dir=ROOT, check_hardware=False)
     points = {op: recorded_points(RunDir(KNOBS), op, [2]) for op in OPS}
     # the search result of a run whose qkv reduce-scatter dgrad failed: qkv's best is a bulk setting
     qkv = points["qkv"][2]

@@ -9,7 +9,8 @@ import torch
 
 from tptune.errors import ConfigError
 from tptune.model.spec import gpu_capability, load_model, parse_model, recipe_device_problem
-from tptune.settings.resolve import load_config_files, resolve
+from tptune.measure.preflight import resolve_here
+from tptune.settings.resolve import load_config_files
 from tptune.measure.worker.context import TORCH_DTYPES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,13 +102,13 @@ def _config(**over):
 
 def test_torch_backend_refuses_fp8_in_one_line():
     with pytest.raises(ConfigError) as exc:
-        resolve(_config(workload={"dtype": "fp8"}), base_dir=ROOT)
+        resolve_here(_config(workload={"dtype": "fp8"}), base_dir=ROOT)
     fp8_lines = [p for p in exc.value.problems if "fp8" in p]
     assert len(fp8_lines) == 1 and "needs the te backend" in fp8_lines[0] and "fp8_emulation: bf16" in fp8_lines[0]
 
 
 def test_torch_backend_runs_fp8_as_bf16_when_asked():
-    s = resolve(_config(workload={"dtype": "fp8", "fp8_emulation": "bf16"}), base_dir=ROOT)
+    s = resolve_here(_config(workload={"dtype": "fp8", "fp8_emulation": "bf16"}), base_dir=ROOT)
     assert s.backend == "torch" and s.model.workload.is_fp8 and s.model.workload.fp8_emulation == "bf16"
 
 
@@ -115,6 +116,6 @@ def test_mxfp8_on_hopper_is_refused_before_any_job():
     cfg = _config(workload={"dtype": "fp8", "recipe": "mxfp8"}, backend="te",
                   hardware={"gpu": "NVIDIA H200"})
     with pytest.raises(ConfigError, match=r"mxfp8.*H200.*cannot run it"):
-        resolve(cfg, base_dir=ROOT, check_hardware=False)
+        resolve_here(cfg, base_dir=ROOT, check_hardware=False)
     cfg["hardware"] = {"gpu": "B200"}
-    assert resolve(cfg, base_dir=ROOT, check_hardware=False).model.workload.recipe == "mxfp8"
+    assert resolve_here(cfg, base_dir=ROOT, check_hardware=False).model.workload.recipe == "mxfp8"

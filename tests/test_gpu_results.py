@@ -101,11 +101,11 @@ def test_legacy_runs_are_refused_by_rederive(tmp_path):
 
 
 def _settings(run_dir):
-    from tptune.settings.resolve import resolve
+    from tptune.measure.preflight import resolve_here
 
     cfg = json.loads((run_dir / "config.json").read_text())
     cfg.pop("_source", None), cfg.pop("_base_dir", None)
-    return resolve(cfg, base_dir=ROOT, check_hardware=False)
+    return resolve_here(cfg, base_dir=ROOT, check_hardware=False)
 
 
 @pytest.mark.parametrize("src", REDERIVED, ids=lambda p: f"{p.parent.name}/{p.name}")

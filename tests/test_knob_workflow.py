@@ -16,7 +16,7 @@ from tptune.measure.launch import write_run_json
 from tptune.te.methods import grid_size
 from tptune.records.points import make_point
 from tptune.te.ubcfg import case_ub_cfgs
-from tptune.settings.resolve import resolve
+from tptune.measure.preflight import resolve_here
 from tptune.search.steps import dimensions, point_members, step_cases, step_record
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
@@ -29,7 +29,7 @@ def _settings(pool_dir, ops=("proj", "qkv"), **search):
     cfg = base_config(pool_dir, backend="te", ops=list(ops), tp_sizes=[2], workload={"dtype": "bf16"},
                       hardware={"gpu_memory_gb": 139.8},
                       search={"mode": "knobs", "te_presets": ["nvidia_bf16_tp2"], **search})
-    return resolve(cfg, check_hardware=False)
+    return resolve_here(cfg, check_hardware=False)
 
 
 def pipeline_sm8(cfgs: dict) -> float:
@@ -144,7 +144,7 @@ def test_decisions_and_report_of_a_knob_run(tmp_path, pool_dir):
         (run / f"search/proj/tp2/knobs/step{rec['step']}.json").write_text(json.dumps(rec))
     members, _ = point_members(s, "proj", 2, [records[-1]])
     write_session(run, "sessions/proj/tp2/point", [c.id for c in members])
-    build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.config.get("hardware")), s.ops).write_parquet(
+    build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.hardware.as_dict()), s.ops).write_parquet(
         run / "plan.parquet")
     rederive(s, RunDir(run))
     dec = json.loads((run / "decisions.json").read_text())["ops"]["proj"]
@@ -175,13 +175,13 @@ def test_long_member_folders_are_hashed_and_read_back(tmp_path, pool_dir, monkey
 
 def test_knob_search_needs_the_te_backend(pool_dir):
     with pytest.raises(ConfigError, match=r"field 'search.mode': knobs .* needs backend te"):
-        resolve(base_config(pool_dir, backend="torch", search={"mode": "knobs"}), check_hardware=False)
+        resolve_here(base_config(pool_dir, backend="torch", search={"mode": "knobs"}), check_hardware=False)
     with pytest.raises(ConfigError, match=r"field 'op_settings.fc1.search.mode': knobs"):
-        resolve(base_config(pool_dir, backend="torch", op_settings={"fc1": {"search": {"mode": "knobs"}}}),
-                check_hardware=False)
+        resolve_here(base_config(pool_dir, backend="torch", op_settings={"fc1": {"search": {"mode": "knobs"}}}),
+                     check_hardware=False)
     with pytest.raises(ConfigError, match=r"field 'search.knobs': knobs.num_sm"):
-        resolve(base_config(pool_dir, backend="te", search={"mode": "knobs", "knobs": {"num_sm": [0]}}),
-                check_hardware=False)
+        resolve_here(base_config(pool_dir, backend="te", search={"mode": "knobs", "knobs": {"num_sm": [0]}}),
+                     check_hardware=False)
 
 
 def test_the_gpu_config_is_affordable():
@@ -191,7 +191,7 @@ def test_the_gpu_config_is_affordable():
     from tptune.settings.resolve import load_config_files
 
     cfg = load_config_files(ROOT / "config/config.yaml", ROOT / "config/gpu/h200x2-llama3-70b-knobs.yaml")
-    s = resolve(cfg, base_dir=ROOT, check_hardware=False)
+    s = resolve_here(cfg, base_dir=ROOT, check_hardware=False)
     assert s.backend == "te" and s.ops == ["qkv", "proj", "fc1", "fc2"] and s.tp_sizes == [2]
     for op in s.ops:
         res, grid = count(s, op, 2, flat)

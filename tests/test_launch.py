@@ -10,7 +10,7 @@ import pytest
 from tptune.cases import parse_case_id
 from tptune.measure.gpupool import GpuPool
 from tptune.measure.launch import Launcher, classify_failure
-from tptune.settings.resolve import resolve
+from tptune.measure.preflight import resolve_here
 
 from conftest import base_config
 
@@ -20,10 +20,10 @@ pytestmark = pytest.mark.slow
 def _profile(pool_dir, tmp_path, case_id, fault=None, **launcher):
     cfg = base_config(pool_dir)
     cfg["launcher"].update(launcher)
-    s = resolve(cfg)
+    s = resolve_here(cfg)
     case = parse_case_id(case_id)
-    op = dict(s.op_settings(case.op), fault=fault)
-    return Launcher(s.launcher_settings()).profile(case, s.model, tmp_path / case.dir, op), tmp_path / case.dir
+    op = dict(s.op(case.op).as_dict(), fault=fault)
+    return Launcher(s).profile(case, s.model, tmp_path / case.dir, op), tmp_path / case.dir
 
 
 def test_ok_case_then_warm_reuse(pool_dir, tmp_path):

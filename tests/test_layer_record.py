@@ -8,12 +8,14 @@ from tptune.decide.layer import layer_record
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.model.spec import load_model
+from tptune.settings.blocks import Decision, Layer, Search
 
 DRIFT = [1.0, 1.01, 0.99, 1.0]
 TUNED, NEMO, NONE = "layer-tp2-ub.tuned_tp2", "layer-tp2-ub.nemo_tp4", "layer-tp2-none"
 TINY = load_model(Path(__file__).parents[1] / "config" / "models" / "tiny.yaml",
                   {"seq_length": 512, "micro_batch_size": 1, "dtype": "fp32"})
-S = types.SimpleNamespace(config={"decision": {"noise_floor": 0.02}, "layer": {"num_layers": 2}}, model=TINY)
+S = types.SimpleNamespace(decision=Decision.from_dict({"noise_floor": 0.02}),
+                          layer=Layer.from_dict({"num_layers": 2}), model=TINY)
 
 
 def _session(run_dir, members):
@@ -72,8 +74,8 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
     from tptune.decide.layer import layer_members
     from tptune.te.ubcfg import load_preset
 
-    s = types.SimpleNamespace(backend="te", config={"decision": {"noise_floor": 0.02},
-                                                     "search": {"te_presets": ["nvidia_bf16_tp2"]}},
+    s = types.SimpleNamespace(backend="te", decision=Decision.from_dict({"noise_floor": 0.02}),
+                              search=Search.from_dict({"te_presets": ["nvidia_bf16_tp2"]}),
                               model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16")))
     pts = {}
     for op in ("qkv", "proj", "fc1", "fc2"):
@@ -108,7 +110,8 @@ def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_
     from tptune.te.megatron_flags import block_switches
     from tptune.te.ubcfg import load_preset
 
-    s = types.SimpleNamespace(backend="te", config={"decision": {"noise_floor": 0.02}, "search": {"te_presets": []}},
+    s = types.SimpleNamespace(backend="te", decision=Decision.from_dict({"noise_floor": 0.02}),
+                              search=Search.from_dict({"te_presets": []}),
                               model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16")))
     pts = {}
     for op, rs_ms, bulk_ms in (("qkv", 3.0, 3.3), ("fc1", 17.9, 17.5)):

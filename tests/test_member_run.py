@@ -11,6 +11,7 @@ import pytest
 from tptune.cases import parse_case_id
 from tptune.measure.gpupool import GpuPool
 from tptune.measure.launch import Launcher, _failure, _round_point, assemble_member_run
+from tptune.settings.blocks import LauncherSettings
 from tptune.model.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,7 +178,8 @@ DRIFT = [1.0, 1.02, 0.99, 1.01, 1.0, 0.98, 1.03, 0.97]
 
 def fake_launcher(tmp_path, fail_at=None):
     lz = object.__new__(Launcher)
-    lz.settings = {"backend": "torch", "device": "cpu", "launcher": {"retries": 0}}
+    lz.backend = "torch"
+    lz.lc = LauncherSettings.from_dict({"retries": 0})
     lz.device = "cpu"
     lz.pool_dir = tmp_path / "pool"
     lz.pool = GpuPool(lz.pool_dir / "locks", ["0", "1"])

@@ -8,7 +8,8 @@ from tptune.model import memory as M
 from tptune.errors import ConfigError
 from tptune.model.memory import GIB
 from tptune.model.spec import load_model, parse_model
-from tptune.settings.resolve import resolve
+from tptune.decide.tp import tp_floor_for
+from tptune.measure.preflight import resolve_here
 
 from conftest import FIXTURES, ROOT, base_config
 
@@ -236,8 +237,8 @@ def test_settings_and_gpu_memory_sources(pool_dir):
     assert M.gpu_memory_bytes({"gpu_memory_gb": 80}, "cuda", recorded_gib=139.8) == 80 * GIB
     assert M.gpu_memory_bytes({}, "cuda", recorded_gib=139.8) == int(139.8 * GIB)
     assert M.gpu_memory_bytes({}, "cpu", ranks_per_host=8) > 0
-    s = resolve(base_config(pool_dir))                      # the CPU default: tiny model, everything fits
-    f = M.tp_floor_for(s)
+    s = resolve_here(base_config(pool_dir))                      # the CPU default: tiny model, everything fits
+    f = tp_floor_for(s)
     assert f["status"] == "fits" and f["floor_tp"] == 1 and f["floor_in_tps"] is False
     cfg = base_config(pool_dir, parallel={"dp": 0, "recompute": "some", "pp": 3}, decision={"min_tp": 2})
     probs = M.config_problems(cfg)
@@ -245,6 +246,6 @@ def test_settings_and_gpu_memory_sources(pool_dir):
     assert any("'parallel.pp' = 3: does not divide" in p
                for p in M.config_problems(base_config(pool_dir, parallel={"pp": 3}), s.model))
     with pytest.raises(ConfigError, match="parallel.recompute"):
-        resolve(base_config(pool_dir, parallel={"recompute": "some"}))
-    assert resolve(base_config(pool_dir, parallel={"dp": 4}, decision={"min_tp": 2},
-                               hardware={"gpu_memory_gb": 139.8})).config["parallel"]["dp"] == 4
+        resolve_here(base_config(pool_dir, parallel={"recompute": "some"}))
+    assert resolve_here(base_config(pool_dir, parallel={"dp": 4}, decision={"min_tp": 2},
+                                    hardware={"gpu_memory_gb": 139.8})).parallel.dp == 4

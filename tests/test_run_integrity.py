@@ -212,9 +212,9 @@ def _measurements(workdir, cfg):
     """Every session's measurement settings (what the measuring rules' params hold), for this run."""
     from tptune.search import measurement as wm
     from tptune.search import steps as wf
-    from tptune.settings.resolve import resolve
+    from tptune.measure.preflight import resolve_here
 
-    s = resolve(cfg, base_dir=workdir, check_hardware=False)
+    s = resolve_here(cfg, base_dir=workdir, check_hardware=False)
     run = workdir / RUN
     out = {}
     for op in s.ops:

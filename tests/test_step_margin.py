@@ -5,9 +5,9 @@ import math
 import types
 
 from tptune.search import bisect
+from tptune.settings.blocks import Decision, Search
 from tptune.stats.noise import compare_points
 from tptune.stats.rounds import Ratio, session_state
-from tptune.settings.resolve import step_margins
 
 from test_rounds import rpt
 
@@ -78,24 +78,25 @@ def test_session_state_resolves_with_the_tie_margin():
 
 
 def test_step_margins_from_the_config_and_for_recorded_runs():
-    s = types.SimpleNamespace(config={"decision": {"noise_floor": 0.02, "step_margin": 0.01}})
-    assert step_margins(s) == (0.01, 0.02)
-    old = types.SimpleNamespace(config={"decision": {"noise_floor": 0.03}})   # recorded before the key
-    assert step_margins(old) == (0.03, 0.03)
+    s = Decision.from_dict({"noise_floor": 0.02, "step_margin": 0.01})
+    assert s.step_margins == (0.01, 0.02)
+    old = Decision.from_dict({"noise_floor": 0.03})   # recorded before the key
+    assert old.step_margins == (0.03, 0.03)
 
 
 def test_default_config_sets_the_step_margin_and_the_schema_checks_it(tmp_path):
     import pytest
 
     from tptune.errors import ConfigError
-    from tptune.settings.resolve import load_config_files, resolve
+    from tptune.measure.preflight import resolve_here
+    from tptune.settings.resolve import load_config_files
 
     from conftest import ROOT
     cfg = load_config_files(str(ROOT / "config" / "config.yaml"))
     assert cfg["decision"]["step_margin"] == 0.01 < cfg["decision"]["noise_floor"]
     cfg["decision"]["step_margin"] = -0.01
     with pytest.raises(ConfigError, match="step_margin"):
-        resolve(cfg, base_dir=ROOT, check_hardware=False)
+        resolve_here(cfg, base_dir=ROOT, check_hardware=False)
 
 
 def _step(compared, kept, ratio, lo, hi, outcome, rounds=4):
@@ -126,7 +127,8 @@ def test_runner_up_is_the_last_value_compared_with_the_best_inside_the_floor():
 def test_tuned_combinations_take_the_runner_ups():
     from tptune.search.steps import tuned_cases
 
-    s = types.SimpleNamespace(backend="te", op_settings=lambda op: {"search": {"mode": "bisect"}})
+    search = Search.from_dict({"mode": "bisect"})
+    s = types.SimpleNamespace(backend="te", op=lambda op: types.SimpleNamespace(search=search))
     results = {"fprop.ring_exchange": {"best_case": "qkv-tp2-ub.te+fprop.ring"},
                "dgrad.bulk": {"best_case": "qkv-tp2-ub.te+dgrad.bulk.sm2"},
                "wgrad.bulk": {"best_case": "qkv-tp2-ub.te+wgrad.bulk.sm4",

@@ -13,7 +13,7 @@ import yaml
 from conftest import ROOT, base_config
 from tptune.measure import gpupool
 from tptune.errors import ConfigError
-from tptune.settings.resolve import resolve
+from tptune.measure.preflight import resolve_here
 
 TINY = str(ROOT / "config" / "models" / "tiny.yaml")
 TRACE = ROOT / "tests" / "fixtures" / "traces" / "te_qkv_base.rank0.pt.trace.json.gz"
@@ -207,7 +207,7 @@ def test_unknown_preset_is_refused_at_plan_time_naming_the_valid_ones(tmp_path):
 def test_settings_that_were_silently_misread_are_refused(pool_dir, over, expect):
     """Each was accepted (and then ignored or misapplied) before."""
     with pytest.raises(ConfigError) as e:
-        resolve(base_config(pool_dir, **over))
+        resolve_here(base_config(pool_dir, **over))
     assert expect in str(e.value)
 
 
@@ -241,16 +241,16 @@ def test_tp_sizes_beyond_the_gpus_seen_are_refused(pool_dir, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     cfg = base_config(pool_dir, tp_sizes=[2, 4])
     with pytest.raises(ConfigError) as e:
-        resolve(cfg)
+        resolve_here(cfg)
     msg = str(e.value)
     assert "this node shows 1 GPU(s) (CUDA_VISIBLE_DEVICES=0: 0)" in msg and "TP sizes [2, 4]" in msg
-    assert resolve(cfg, check_hardware=False).device == "cuda"
-    assert resolve(cfg, node_tps=[1]).device == "cuda"
+    assert resolve_here(cfg, check_hardware=False).device == "cuda"
+    assert resolve_here(cfg, node_tps=[1]).device == "cuda"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    assert resolve(cfg).tp_sizes == [2, 4]
+    assert resolve_here(cfg).tp_sizes == [2, 4]
 
 
 def test_faults_of_the_runs_own_cases_are_accepted(pool_dir):
     """Its op/TP cases, the layer stage's, and TP 1 (the window calibration's cases)."""
     faults = {"fc2-tp2-none": "raise:1", "layer-tp2-none": "exit:0", "qkv-tp1-nocomm": "hang:0"}
-    assert resolve(base_config(pool_dir, tp_sizes=[2], faults=faults)).config["faults"] == faults
+    assert resolve_here(base_config(pool_dir, tp_sizes=[2], faults=faults)).faults == faults

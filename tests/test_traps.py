@@ -8,7 +8,8 @@ import yaml
 
 from tptune.errors import ConfigError
 from tptune.model.spec import load_model, parse_model
-from tptune.settings.resolve import load_config_files, resolve
+from tptune.measure.preflight import resolve_here
+from tptune.settings.resolve import load_config_files
 from tptune.te.traps import model_traps
 
 from conftest import FIXTURES, ROOT
@@ -80,7 +81,7 @@ def test_resolve_refuses_ops_without_overlap(tmp_path):
     cfg = load_config_files(_run_cfg(tmp_path, HF / "mixtral-8x7b-v0.1.config.json", ops=list(ALL),
                                      workload={"seq_length": 4096}))
     with pytest.raises(ConfigError) as e:
-        resolve(cfg, check_hardware=False)
+        resolve_here(cfg, check_hardware=False)
     assert "field 'ops': op fc1: nothing to tune in" in str(e.value)
     assert "remove fc1 from 'ops'" in str(e.value) and "op qkv" not in str(e.value)
 
@@ -101,7 +102,7 @@ def test_default_ops_adapt_to_the_model(tmp_path, model, ops, left_out):
     run.write_text(yaml.safe_dump({"model": str(HF / f"{model}.config.json"), "backend": "torch",
                                    "workload": {"seq_length": 4096}, "parallel": {"memory_check": False}}))
     cfg, source, base = load_run_config([run])
-    s = resolve(cfg, source=source, base_dir=base, check_hardware=False)
+    s = resolve_here(cfg, source=source, base_dir=base, check_hardware=False)
     assert s.ops == ops and cfg["ops"] == "auto"
     assert s.ops_note.startswith(f"ops: {', '.join(ops)}: the default (ops: auto)")
     if left_out:
@@ -119,10 +120,10 @@ def test_ops_given_are_not_adapted(tmp_path):
     cfg = load_config_files(_run_cfg(tmp_path, HF / "qwen3-30b-a3b.config.json", ops=["qkv", "fc2"],
                                      workload={"seq_length": 4096}, parallel={"memory_check": False}))
     with pytest.raises(ConfigError) as e:
-        resolve(cfg, check_hardware=False)
+        resolve_here(cfg, check_hardware=False)
     assert "remove fc2 from 'ops'" in str(e.value) and "remove fc1" not in str(e.value)
     cfg["ops"] = ["proj"]
-    s = resolve(cfg, check_hardware=False)
+    s = resolve_here(cfg, check_hardware=False)
     assert s.ops == ["proj"] and s.ops_note is None
 
 

@@ -11,7 +11,8 @@ import yaml
 
 from conftest import ROOT, base_config
 from tptune.stats.session_noise import resolvable_sd
-from tptune.settings.resolve import deep_merge, load_config_files, resolve
+from tptune.measure.preflight import resolve_here
+from tptune.settings.resolve import deep_merge, load_config_files
 from tptune.cli import calibrate as wc
 
 
@@ -70,9 +71,8 @@ def test_the_burn_in_round_is_left_out():
 
 
 def test_the_target_is_a_share_of_what_the_round_budget_resolves():
-    cfg = {"decision": {"noise_floor": 0.02}, "timing": {"max_rounds": 6}}
-    assert wc.target_sd(cfg) == pytest.approx(wc.TARGET_FRACTION * resolvable_sd(0.02, 6))
-    assert wc.target_sd({"decision": {"noise_floor": 0.02}, "timing": {"max_rounds": 10}}) > wc.target_sd(cfg)
+    assert wc.target_sd(0.02, 6) == pytest.approx(wc.TARGET_FRACTION * resolvable_sd(0.02, 6))
+    assert wc.target_sd(0.02, 10) > wc.target_sd(0.02, 6)
 
 
 @pytest.mark.slow
@@ -81,8 +81,8 @@ def test_calibration_runs_real_sessions_and_writes_an_overlay_the_workflow_accep
 
     cfg = base_config(pool_dir, ops=["fc2"], tp_sizes=[2])
     cfg["timing"].update(iters=12, warmup=1)
-    s = resolve(cfg, source="test")
-    rec = wc.calibrate(s, Launcher(s.launcher_settings()), candidates=[5.0, 40.0], rounds=3, work_dir=tmp_path)
+    s = resolve_here(cfg, source="test")
+    rec = wc.calibrate(s, Launcher(s), candidates=[5.0, 40.0], rounds=3, work_dir=tmp_path)
     assert rec["shard"] == 2 and rec["model"].endswith("/shard2") and rec["tp"] == 1 and rec["failed"] == {}
     assert [r["window_ms"] for r in rec["table"]] == [5.0, 40.0]
     assert all(r["df"] == 2 and set(r["per_op"]) == {"fc2"} for r in rec["table"])
@@ -91,14 +91,15 @@ def test_calibration_runs_real_sessions_and_writes_an_overlay_the_workflow_accep
     # the burn-in round is measured and kept in the record, left out of the table
     assert rec["burn_in"] == 1
     assert all(len(m["rounds"]) == 4 and len(m["rounds"][0]) == 12 for m in members.values())
-    assert rec["window_ms"] in (5.0, 40.0) and rec["target_sd"] == pytest.approx(wc.target_sd(s.config))
+    assert rec["window_ms"] in (5.0, 40.0) and rec["target_sd"] == pytest.approx(
+        wc.target_sd(s.decision.noise_floor, s.timing.max_rounds))
     js, overlay = wc.write_calibration(rec, tmp_path / "calibration")
     assert js.exists() and overlay.read_text().startswith("# tptune calibrate-window on cpu:")
     run_cfg = tmp_path / "run.yaml"
     run_cfg.write_text(yaml.safe_dump(cfg))
-    merged = resolve(deep_merge(load_config_files(run_cfg), load_config_files(overlay)), source="overlay")
-    assert merged.config["timing"]["window_ms"] == rec["window_ms"]
-    assert merged.config["timing"]["iters"] == 12          # the overlay changes the window alone
+    merged = resolve_here(deep_merge(load_config_files(run_cfg), load_config_files(overlay)), source="overlay")
+    assert merged.timing.window_ms == rec["window_ms"]
+    assert merged.timing.iters == 12          # the overlay changes the window alone
     text = wc.format_table(rec)
     assert "null pair none vs nocomm" in text and f"chosen: {rec['window_ms']:.0f} ms" in text
     # window.json re-derives to the same table and choice
@@ -143,7 +144,7 @@ def test_window_length_benchmark_shares_the_helpers():
     import window_length as wl
     assert wl.window_value is wc.window_value and wl.member_record is wc.member_record
     with pytest.raises(ValueError, match="not divisible"):
-        wc.sharded(resolve(base_config(ROOT / "x"), source="t").model, 3)
+        wc.sharded(resolve_here(base_config(ROOT / "x"), source="t").model, 3)
 
 
 def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir):
@@ -153,15 +154,15 @@ def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir
 
     cfg = base_config(pool_dir, ops=["qkv", "fc2"], tp_sizes=[2], op_settings={"fc2": {"timing": {"window_ms": 250}}})
     cfg["timing"]["window_ms"] = "auto"
-    s = resolve(cfg, source="t")
-    assert s.window_auto and s.op_settings("qkv")["timing"]["window_ms"] == "auto"
+    s = resolve_here(cfg, source="t")
+    assert s.window_auto and s.op("qkv").timing.window_ms == "auto"
     w = s.with_window(750.0)
-    assert not w.window_auto and w.op_settings("qkv")["timing"]["window_ms"] == 750.0
-    assert w.op_settings("fc2")["timing"]["window_ms"] == 250          # an op's own number stays
-    assert s.config["timing"]["window_ms"] == "auto"                    # a copy: s is unchanged
-    only_op = resolve(deep_merge(base_config(pool_dir), {"op_settings": {"fc1": {"timing": {"window_ms": "auto"}}}}),
-                      source="t")
-    assert only_op.window_auto and only_op.with_window(1000.0).op_settings("fc1")["timing"]["window_ms"] == 1000.0
+    assert not w.window_auto and w.op("qkv").timing.window_ms == 750.0
+    assert w.op("fc2").timing.window_ms == 250          # an op's own number stays
+    assert s.timing.window_ms == "auto"                    # a copy: s is unchanged
+    only_op = resolve_here(deep_merge(base_config(pool_dir), {"op_settings": {"fc1": {"timing": {"window_ms": "auto"}}}}),
+                           source="t")
+    assert only_op.window_auto and only_op.with_window(1000.0).op("fc1").timing.window_ms == 1000.0
     # a job reads the run's config.json; a measuring job cannot go on without the calibration
     run_json = tmp_path / "config.json"
     run_json.write_text(json.dumps(cfg))
@@ -170,7 +171,7 @@ def test_window_auto_in_settings_and_in_what_the_jobs_resolve(tmp_path, pool_dir
     assert _settings(str(run_json)).window_auto                          # bookkeeping: left as it is
     RunDir(tmp_path).calibration_dir.mkdir()
     RunDir(tmp_path).calibration_json.write_text(json.dumps({"window_ms": 1000.0}))
-    assert _settings(str(run_json), check_hardware=True).op_settings("qkv")["timing"]["window_ms"] == 1000.0
+    assert _settings(str(run_json), check_hardware=True).op("qkv").timing.window_ms == 1000.0
     assert _settings(str(run_json), calibrated=False).window_auto
 
 
@@ -215,8 +216,8 @@ def test_a_failing_member_is_recorded_and_the_other_ops_still_calibrate(tmp_path
 
     cfg = base_config(pool_dir, ops=["qkv", "fc2"], tp_sizes=[2], faults={"fc2-tp1-nocomm": "raise:0"})
     cfg["timing"].update(iters=8, warmup=1)
-    s = resolve(cfg, source="test")
-    rec = wc.calibrate(s, Launcher(s.launcher_settings()), candidates=[5.0, 20.0], rounds=3, work_dir=tmp_path)
+    s = resolve_here(cfg, source="test")
+    rec = wc.calibrate(s, Launcher(s), candidates=[5.0, 20.0], rounds=3, work_dir=tmp_path)
     assert set(rec["failed"]) == {"fc2"} and "injected failure on rank 0" in rec["failed"]["fc2"]["fc2-tp1-nocomm"]
     assert set(rec["members"]) == {"qkv"}
     assert all(set(r["per_op"]) == {"qkv"} and r["df"] == 2 for r in rec["table"])

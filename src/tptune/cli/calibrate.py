@@ -102,10 +102,11 @@ def load_sharded(config_files: list[str], shard: int = 1, ops: str | None = None
     """(settings, model, ops) for a one-GPU benchmark: the run config files merged over config/config.yaml,
     the model with TP=``shard``'s per-rank GEMMs (sharded), and the comma-separated ``ops`` (default:
     the run's). Raises ValueError for a shard the model's widths do not divide."""
-    from tptune.settings.resolve import DEFAULTS, ROOT, load_config_files, resolve
+    from tptune.measure.preflight import resolve_here
+    from tptune.settings.resolve import DEFAULTS, ROOT, load_config_files
 
     cfg = load_config_files(ROOT / DEFAULTS, *config_files)
-    s = resolve(cfg, source=", ".join(config_files) or "config/config.yaml", node_tps=[1])   # one GPU
+    s = resolve_here(cfg, source=", ".join(config_files) or "config/config.yaml", node_tps=[1])   # one GPU
     mc = sharded(s.model, shard) if shard > 1 else s.model
     return s, mc, (ops.split(",") if ops else list(s.ops))
 
@@ -176,9 +177,9 @@ def choose_window(rows: list[dict], target_sd: float, overhead_s: float = 0.0) -
                                f"decisions near the margin will end as undecided ties (session noise)")
 
 
-def target_sd(config: dict) -> float:
-    """TARGET_FRACTION of what the run's round budget resolves at its noise floor."""
-    return TARGET_FRACTION * resolvable_sd(config["decision"]["noise_floor"], int(config["timing"]["max_rounds"]))
+def target_sd(noise_floor: float, max_rounds: int) -> float:
+    """TARGET_FRACTION of what the run's round budget (timing.max_rounds) resolves at its noise floor."""
+    return TARGET_FRACTION * resolvable_sd(noise_floor, int(max_rounds))
 
 
 def analyse(rec: dict) -> dict:
@@ -208,11 +209,11 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
     with tempfile.TemporaryDirectory(prefix="tptune-calibrate-", dir=work_dir) as tmp:
         for op in ops or s.ops:
             members = [make_case(op, 1, v) for v in PAIR]
-            op_settings = dict(s.op_settings(op))
+            op_settings = s.op(op).as_dict()
             op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=total, max_rounds=total,
                                                         profile_steps=0, window_ms=longest, lead_in=False))
             rec = launcher.session(members, mc, Path(tmp) / op, op_settings, session_id=f"calibrate/{op}",
-                                   evidence=False, faults=s.config.get("faults") or {})
+                                   evidence=False, faults=s.faults)
             runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
             bad = {cid: (r.get("error") or {}).get("message", "failed") for cid, r in runs.items() if r["status"] != "ok"}
             if bad:
@@ -226,10 +227,11 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
 
 def _record(s, candidates, rounds: int, **measured) -> dict:
     """A calibration record's settings part (what ``analyse`` needs and the report shows) and ``measured``."""
-    return {"candidates": sorted(candidates), "burn_in": BURN_IN, "target_sd": target_sd(s.config),
-            "target_fraction": TARGET_FRACTION, "noise_floor": s.config["decision"]["noise_floor"],
-            "max_rounds": int(s.config["timing"]["max_rounds"]), "pair": list(PAIR), "tp": 1,
-            "shard": min(s.tp_sizes), "rounds": rounds, "preroll_ms": s.config["timing"].get("preroll_ms"),
+    return {"candidates": sorted(candidates), "burn_in": BURN_IN,
+            "target_sd": target_sd(s.decision.noise_floor, s.timing.max_rounds),
+            "target_fraction": TARGET_FRACTION, "noise_floor": s.decision.noise_floor,
+            "max_rounds": int(s.timing.max_rounds), "pair": list(PAIR), "tp": 1,
+            "shard": min(s.tp_sizes), "rounds": rounds, "preroll_ms": s.timing.preroll_ms,
             "device": s.device, **measured}
 
 

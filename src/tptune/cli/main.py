@@ -25,7 +25,8 @@ def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_
     names, and only the TP sizes ``node_tps`` it profiles (default: all). ``calibrated``: a
     ``timing.window_ms: auto`` takes the window of the run's calibration (calibration/window.json beside
     config.json), which measuring cannot do without."""
-    from tptune.settings.resolve import is_run_record, load_run_config, resolve
+    from tptune.measure.preflight import resolve_here
+    from tptune.settings.resolve import is_run_record, load_run_config
 
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     if recorded and not (len(paths) == 1 and is_run_record(paths[0])):
@@ -35,7 +36,7 @@ def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_
     model = cfg.get("model")
     if isinstance(model, str) and not (Path(base_dir) / model).exists() and (Path.cwd() / model).exists():
         base_dir = "."  # outputs copied from another machine: resolve the model from here
-    s = resolve(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware, node_tps=node_tps)
+    s = resolve_here(cfg, source=source, base_dir=base_dir, check_hardware=check_hardware, node_tps=node_tps)
     if not (calibrated and s.window_auto):
         return s
     run = RunDir(Path(paths[0]).parent)
@@ -116,8 +117,7 @@ def cmd_validate(a) -> int:
           + (" | hardware not checked (TPTUNE_SUBMIT_ONLY=1: its jobs check where they run)" if _submit_only() else ""))
     if s.ops_note:
         print(s.ops_note)
-    from tptune.te.traps import run_traps  # what would switch TP overlap off in training (errors were refused above)
-    for t in run_traps(s.config, s.model):
+    for t in s.traps():     # what would switch TP overlap off in training (errors were refused above)
         print(t.line)
     return 0
 
@@ -132,7 +132,7 @@ def cmd_plan(a) -> int:
     from tptune.model.plan import Hardware, build_plan
 
     s = _settings(a.config, recorded=False)
-    plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.config.get("hardware")), s.ops)
+    plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.hardware.as_dict()), s.ops)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     plan.write_parquet(out)
@@ -147,9 +147,8 @@ def cmd_profile(a) -> int:
 
     case = parse_case_id(a.case)
     s = _settings(a.config, check_hardware=True, node_tps=[case.tp], recorded=False)
-    op_settings = dict(s.op_settings(case.op))
-    op_settings["fault"] = s.config.get("faults", {}).get(case.id)
-    run = Launcher(s.launcher_settings()).profile(case, s.model, Path(a.out).parent, op_settings)
+    op_settings = {**s.op(case.op).as_dict(), "fault": s.faults.get(case.id)}
+    run = Launcher(s).profile(case, s.model, Path(a.out).parent, op_settings)
     err = run.get("error") or {}
     print(f"{case.id}: {run['status']}" + (f" ({err.get('kind')}: {err.get('message', '')[:300]})" if err else ""))
     return 0
@@ -184,10 +183,10 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
 
     op_settings = launcher_op_settings(m)
     ids = {c.id for c in cases} | ({m["canary"]} if m["canary"] else set())
-    faults = {cid: f for cid, f in (s.config.get("faults") or {}).items() if cid in ids}
+    faults = {cid: f for cid, f in s.faults.items() if cid in ids}
     if presets_dir is not None:
         op_settings["te"] = {"presets_dirs": [str(presets_dir.resolve())]}
-    rec = Launcher(s.launcher_settings()).session(
+    rec = Launcher(s).session(
         cases, s.model, sdir, op_settings, session_id=run.session_name(sdir),
         contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
         margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
@@ -388,7 +387,7 @@ def cmd_calibrate_window(a) -> int:
             return 2
         rec = not_measured(s, windows)     # the workflow goes on: the window is not used on CPU
     else:
-        rec = calibrate(s, Launcher(s.launcher_settings()), candidates=windows, rounds=a.rounds, ops=a.ops or None)
+        rec = calibrate(s, Launcher(s), candidates=windows, rounds=a.rounds, ops=a.ops or None)
     print(format_table(rec))
     js, overlay = write_calibration(rec, out)
     print(f"wrote {js}" + (f" and {overlay}: add it last, e.g. snakemake --configfile <your config> {overlay}"

@@ -47,13 +47,14 @@ def load_user_cfg(path: str | Path) -> dict:
 
 
 def verify_settings(model: str, tp: int, workload: dict, config_files: list[str], layers: int):
-    from tptune.settings.resolve import DEFAULTS, ROOT, deep_merge, load_config_files, resolve
+    from tptune.measure.preflight import resolve_here
+    from tptune.settings.resolve import DEFAULTS, ROOT, deep_merge, load_config_files
 
     cfg = load_config_files(ROOT / DEFAULTS, *config_files)
     cfg = deep_merge(cfg, {"model": str(model), "workload": {k: v for k, v in workload.items() if v is not None},
                            "tp_sizes": [tp], "run": f"verify-tp{tp}", "layer": {"num_layers": layers}})
     cfg["gpus_per_node"] = max(cfg.get("gpus_per_node", 8), tp)
-    return resolve(cfg, source=", ".join(config_files) or "tptune verify")
+    return resolve_here(cfg, source=", ".join(config_files) or "tptune verify")
 
 
 def pair_switches_from(path: str | Path) -> dict[str, bool]:
@@ -92,19 +93,19 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
     for name, (path, _) in users.items():
         shutil.copy(path, presets / f"{name}.yaml")
     if s.backend == "te":
-        variants = ["none", "ub.te"] + [f"ub.{p}" for p in s.config["search"].get("te_presets", [])] + \
+        variants = ["none", "ub.te"] + [f"ub.{p}" for p in s.search.te_presets] + \
                    [f"ub.{n}" for n in users]
         note = None
     else:
         variants = ["none", "nocomm", "chunked.n2"]
         note = ("torch backend: userbuffers need the te backend and CUDA GPUs; the files were validated, and "
                 "the block was timed with no overlap, the bound and the chunked method")
-    launcher = Launcher(s.launcher_settings())
-    floor = s.config["decision"]["noise_floor"]
+    launcher = Launcher(s)
+    floor = s.decision.noise_floor
 
     def session(op: str) -> dict:
         members = [make_case(op, tp, v) for v in dict.fromkeys(variants)]
-        op_settings = s.op_settings(s.ops[0] if op == "layer" else op)
+        op_settings = s.op(s.ops[0] if op == "layer" else op).as_dict()
         op_settings.update(check=True, layer={"num_layers": layers},
                            te={**op_settings.get("te", {}), "presets_dirs": [str(presets.resolve())],
                                "preset_switches": pair_switches})

@@ -40,7 +40,7 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
     """Chosen TP and setting of one op, with runner-up and evidence, from its recorded TP points
     (recorded_points). TP=1 (no tensor parallelism) has no setting of its own: its evidence is the
     start TP's points, where no setting hid enough."""
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     chosen = final["chosen_tp"]
     at = points.get(chosen) or points[max((t for t in points if t <= chosen), default=min(points))]
     winner, runner_up, comparisons = best_at(at, floor)
@@ -79,7 +79,7 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
 
 
 def decide(s: Settings, run: RunDir, final_files: list[Path]) -> dict:
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     sessions = load_sessions(run)
     records, points_by_op = {}, {}
     for f in final_files:
@@ -98,7 +98,7 @@ def decide(s: Settings, run: RunDir, final_files: list[Path]) -> dict:
             "precision": w.precision_label,
             "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
             "model_tp_evidence": tp_evidence, "memory": mem,
-            "noise_floor": floor, "tp_tolerance": s.config["decision"]["tp_tolerance"],
+            "noise_floor": floor, "tp_tolerance": s.decision.tp_tolerance,
             "measurement": measurement_summary(sessions, points_by_op, floor, s.device)}
     meta["model_efficiency"] = summed_efficiency(records, points_by_op)
     for e in tp_evidence:   # the model-level hiding figure: the summed ops, each capped at its bound

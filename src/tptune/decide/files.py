@@ -103,7 +103,7 @@ def _te_choice(s, run: RunDir, points_by_op: dict, rec: dict | None, t: int, flo
         ub = ubcfg.load_preset(parse_case_id(row["case"]).variant.preset, [run.presets])
         return ub, mf.block_switches(ub), status, why, [why]
     ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
-    stage = "is off" if not (s.config.get("layer") or {}).get("enabled", True) else "did not finish"
+    stage = "is off" if not s.layer.enabled else "did not finish"
     why = f"per-op choices at TP {t}, not proven on a block (the layer stage {stage})"
     try:
         switches = mf.block_switches(ub)
@@ -118,7 +118,7 @@ def te_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], met
             default_tp: int | None = None) -> dict[str, dict]:
     """Decide and write the te backend's set of each TP in ``tps``, and of ``default_tp`` under the plain
     names too; returns {str(tp): set record}."""
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     fp8 = s.model.workload.is_fp8
     out = {}
     for t in tps:
@@ -148,7 +148,7 @@ def torch_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int],
     from tptune.decide.points import best_at
     from tptune.model.ops import op_gemms
 
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     out = {}
     for t in tps:
         rec = layer.get(t)

@@ -122,7 +122,7 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run: RunDir) -> tup
         from tptune.decide.points import ub_cfgs_at
 
         by_op = {op: {tp: p} for op, p in points_by_op.items()}
-        floor = s.config["decision"]["noise_floor"]
+        floor = s.decision.noise_floor
         cfgs, notes = ub_cfgs_at(s, by_op, tp, floor)
         fast, fast_notes = ub_cfgs_at(s, by_op, tp, floor, fastest=True)
         d = run.presets
@@ -140,7 +140,7 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run: RunDir) -> tup
         if not _megatron_expressible(fast):   # every combination _per_mode_combos returns is
             _, _, fast, fast_notes = per_mode_combos(s, by_op, tp, floor, fastest=True)[0]
         _write_preset(d, tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:")
-        presets = s.config["search"].get("te_presets", [])
+        presets = s.search.te_presets
         variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
         if other is not None:
             omode, ocfgs, onotes = other
@@ -167,7 +167,7 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
 
     sess, runs = session.record, session.points
     pts = {c: slim(p) for c, p in runs.items()}
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     tuned = pts[tuned_id]
     rows = []
     for cid, p in pts.items():
@@ -214,7 +214,7 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
     else:
         winner, reason = tuned_id, _unbeaten(rows, tuned_id)
-    num_layers = int((s.config.get("layer") or {}).get("num_layers", 2))
+    num_layers = int(s.layer.num_layers)
     compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id)
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
             "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),

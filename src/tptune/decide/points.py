@@ -82,7 +82,7 @@ def tp_point(s: Settings, op: str, tp: int, results: list[dict], session: Sessio
     """The evidence of one (op, TP), all from one side-by-side session (``session``, the TP point's; its
     members from the searches' ``results``): the references, each search's winner and the tuned
     combinations; the best setting; the bound check; host-bound flags."""
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     members, tuned = point_members(s, op, tp, results)
     sess, runs = session.record, session.points
     missing = [c.id for c in members if c.id not in runs]

@@ -9,11 +9,22 @@ from tptune.settings.resolve import Settings
 
 
 def _tp_rules(s: Settings) -> dict:
-    d = s.config["decision"]
-    return {"start_tp": s.tp_sizes[0], "gpus_per_node": s.config.get("gpus_per_node", 8),
-            "allowed_tps": s.tp_sizes, "tolerance": d["tp_tolerance"], "floor": d["noise_floor"],
-            "trust_verdict": d.get("trust_verdict", False),
-            "min_hidden_fraction": d.get("min_hidden_fraction", tp_decision.DEFAULT_MIN_HIDDEN_FRACTION)}
+    d = s.decision
+    return {"start_tp": s.tp_sizes[0], "gpus_per_node": s.gpus_per_node,
+            "allowed_tps": s.tp_sizes, "tolerance": d.tp_tolerance, "floor": d.noise_floor,
+            "trust_verdict": d.trust_verdict,
+            "min_hidden_fraction": tp_decision.DEFAULT_MIN_HIDDEN_FRACTION if d.min_hidden_fraction is None
+            else d.min_hidden_fraction}
+
+
+def tp_floor_for(s: Settings, *, recorded_gib: float | None = None) -> dict:
+    """model.memory.tp_floor for this run (its model, tp_sizes, parallel, hardware, gpus_per_node and
+    decision.min_tp)."""
+    from tptune.model.memory import gpu_memory_bytes, tp_floor
+
+    node = s.gpus_per_node
+    mem = gpu_memory_bytes(s.hardware.as_dict(), s.device, recorded_gib=recorded_gib, ranks_per_host=node)
+    return tp_floor(s.model, s.tp_sizes, s.parallel.as_dict(), mem, node, s.decision.min_tp)
 
 
 def _tp_points(points: dict[int, dict]) -> dict[int, tp_decision.TpPoints]:
@@ -29,8 +40,6 @@ def memory_floor(s: Settings, recorded_gib: float | None) -> dict:
     sessions (records.sessions.recorded_gpu_memory) when the machine deciding has no GPU; ``effective_tp``
     is the TP the decisions may not go below: the floor, or when nothing in the node fits, the TP of the
     smallest layout that fits."""
-    from tptune.model.memory import tp_floor_for
-
     f = tp_floor_for(s, recorded_gib=recorded_gib)
     f["effective_tp"] = f["floor_tp"] or (f.get("smallest_layout") or {}).get("tp")
     return f
@@ -80,7 +89,7 @@ def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], floor: dict 
         return _stop_failed(s, op, tp, points, why)
     measured = _tp_points(points)
     nxt = tp_decision.tp_next(op, measured, **_tp_rules(s))
-    if s.config["decision"].get("explore_all_tps"):  # evidence runs: every TP, the rule decides after
+    if s.decision.explore_all_tps:  # evidence runs: every TP, the rule decides after
         later = [t for t in s.tp_sizes if t > tp]
         nxt = later[0] if later else None
     floor = floor or {}
@@ -133,7 +142,7 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
 def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int, list[dict]]:
     """One TP for the whole model (Megatron has one): the per-op TP rule applied to the sum of the
     ops' times, over the TP sizes measured for every op."""
-    floor = s.config["decision"]["noise_floor"]
+    floor = s.decision.noise_floor
     common = sorted(set.intersection(*(set(p) for p in points_by_op.values()))) if points_by_op else []
     measured = {}
     for tp in common:

@@ -21,6 +21,7 @@ from tptune.cases import REFERENCE_KINDS, Case
 from tptune.measure.envinfo import launch_env
 from tptune.measure.gpupool import GpuPool, count_gpus, pool_scope, visible_ids
 from tptune.model.spec import ModelConfig
+from tptune.settings.resolve import Settings
 from tptune.records.files import take_lock, write_text_atomic
 from tptune.records.run_dir import RUN_JSON, SESSION_JSON
 from tptune.stats.spread import slowest_rank, stats
@@ -158,12 +159,12 @@ def _tail(path: Path, n: int = 4000) -> str:
 
 
 class Launcher:
-    def __init__(self, settings: dict):
-        self.settings = settings
-        lc = settings["launcher"]
-        self.device = settings["device"]  # cpu | cuda
+    def __init__(self, s: Settings):
+        self.backend = s.backend
+        self.device = s.device  # cpu | cuda
+        self.lc = lc = s.launcher
         # one namespace per Slurm allocation: two jobs on a node may both see their GPUs as 0, 1, ...
-        self.pool_dir = Path(lc["pool_dir"]) / os.environ.get("USER", str(os.getuid())) / pool_scope()
+        self.pool_dir = Path(lc.pool_dir) / os.environ.get("USER", str(os.getuid())) / pool_scope()
         self.pool_dir.mkdir(parents=True, exist_ok=True)
         if self.device == "cuda":
             ids = visible_ids(count_gpus())
@@ -172,10 +173,10 @@ class Launcher:
             # group is pinned to the cores it holds, so two jobs (of any run using this pool) never
             # measure on the same core; a case with more ranks than the pool has cores holds them all
             cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-            ids = [str(c) for c in list(cores)[:max(1, int(lc["cpu_slots"]))]]
+            ids = [str(c) for c in list(cores)[:max(1, int(lc.cpu_slots))]]
         self.pool = GpuPool(self.pool_dir / "locks", ids)
-        self.sig = _code_signature({"backend": settings["backend"], "device": self.device,
-                                    "multicast": lc["multicast"], "env": lc.get("env", {}),
+        self.sig = _code_signature({"backend": self.backend, "device": self.device,
+                                    "multicast": lc.multicast, "env": lc.env,
                                     "python": sys.executable})
 
     # -- worker groups ------------------------------------------------------------------------
@@ -190,7 +191,7 @@ class Launcher:
 
     def _retire_overlapping(self, gpus: list[str], keep: WorkerGroup) -> None:
         """Idle groups on any of our GPUs hold memory there: stop them (we hold the locks, so they are idle)."""
-        if self.device != "cuda" or self.settings["launcher"].get("keep_idle_groups", True):
+        if self.device != "cuda" or self.lc.keep_idle_groups:
             return
         for entry in self.pool_dir.glob("srv-*.json"):
             other = entry.stem[4:].split("-")
@@ -198,16 +199,16 @@ class Launcher:
                 WorkerGroup(self.pool_dir, other, len(other), "").stop()
 
     def _start(self, group: WorkerGroup) -> subprocess.Popen:
-        lc = self.settings["launcher"]
+        lc = self.lc
         extra = {"CUDA_VISIBLE_DEVICES": ",".join(group.gpus)} if self.device == "cuda" else {}
         if self.device == "cpu":
-            extra["OMP_NUM_THREADS"] = str(lc.get("cpu_threads_per_rank", 1))
-        extra.update({k: str(v) for k, v in lc.get("env", {}).items()})
-        env = launch_env(os.environ, multicast=lc["multicast"], extra=extra)
+            extra["OMP_NUM_THREADS"] = str(lc.cpu_threads_per_rank)
+        extra.update({k: str(v) for k, v in lc.env.items()})
+        env = launch_env(os.environ, multicast=lc.multicast, extra=extra)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={group.tp}", "-m", "tptune.measure.worker.server",
-               "--socket", str(group.socket), "--idle-timeout", str(lc["idle_timeout_s"]),
-               "--device", self.device] + (["--preload", "te"] if self.settings["backend"] == "te" else [])
+               "--socket", str(group.socket), "--idle-timeout", str(lc.idle_timeout_s),
+               "--device", self.device] + (["--preload", "te"] if self.backend == "te" else [])
         group.socket.unlink(missing_ok=True)
         log = open(group.log, "wb")
         pin = None
@@ -250,7 +251,7 @@ class Launcher:
 
     def _attempt(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str],
                  group: WorkerGroup) -> dict:
-        lc = self.settings["launcher"]
+        lc = self.lc
         orphans = self._end_orphans(gpus)
         started = not group.alive()
         t0 = time.monotonic()
@@ -259,14 +260,14 @@ class Launcher:
             self._retire_overlapping(gpus, group)
             group.stop()
             proc = self._start(group)
-            deadline = t0 + lc["startup_timeout_s"]
+            deadline = t0 + lc.startup_timeout_s
             while not group.socket.exists():
                 if proc.poll() is not None:
                     return _failure("init", True, f"worker group exited during start-up (code "
                                     f"{proc.returncode}): {_tail(group.log, 2000)}", gpus, started)
                 if time.monotonic() > deadline:
                     kill_group(proc.pid)
-                    return _failure("timeout", False, f"worker start-up exceeded {lc['startup_timeout_s']}s",
+                    return _failure("timeout", False, f"worker start-up exceeded {lc.startup_timeout_s}s",
                                     gpus, started)
                 time.sleep(0.05)
         t_ready = time.monotonic()
@@ -275,13 +276,13 @@ class Launcher:
         reply, accepted = None, False
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(lc["case_timeout_s"])
+                s.settimeout(lc.case_timeout_s)
                 s.connect(str(group.socket))
                 send_json(s, request)
                 reply = recv_json(s)
                 if reply is not None and "accepted" in reply:   # the group started our case
                     accepted = True
-                    s.settimeout(max(0.1, lc["case_timeout_s"] - (time.monotonic() - t_ready)))
+                    s.settimeout(max(0.1, lc.case_timeout_s - (time.monotonic() - t_ready)))
                     reply = recv_json(s)
         except (socket.timeout, TimeoutError):
             others = self._busy_on(gpus, but=group)
@@ -292,9 +293,9 @@ class Launcher:
                 why = ("the worker group never started it (busy with another case)" if not accepted else
                        f"worker group(s) {', '.join('-'.join(g.gpus) for g in others)} computed on its GPUs")
                 self._end_orphans(gpus)
-                return _failure("contended", True, f"no result within case_timeout_s={lc['case_timeout_s']}s: "
+                return _failure("contended", True, f"no result within case_timeout_s={lc.case_timeout_s}s: "
                                 f"{why}", gpus, started)
-            return _failure("timeout", False, f"no result within case_timeout_s={lc['case_timeout_s']}s "
+            return _failure("timeout", False, f"no result within case_timeout_s={lc.case_timeout_s}s "
                             "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
         except OSError as exc:
             reply = None
@@ -329,7 +330,7 @@ class Launcher:
                 **({"ended_orphans": orphans} if orphans else {})}
 
     def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
-        return {"backend": self.settings["backend"], "timing": op_settings["timing"],
+        return {"backend": self.backend, "timing": op_settings["timing"],
                 "check": check and op_settings.get("check", False), "profile": profile,
                 "fault": faults.get(case.id), "layer": op_settings.get("layer", {}),
                 # TE calls atomic GEMMs a beta API: FP8 cases may use them only when the run opts in
@@ -340,7 +341,7 @@ class Launcher:
                       attempts: list) -> dict:
         """One round of one case on the held GPUs; transient failures are retried."""
         out_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(1 + self.settings["launcher"]["retries"]):
+        for _ in range(1 + self.lc.retries):
             for stale in out_dir.glob("error.rank*"):
                 stale.unlink()
             t0 = time.monotonic()
@@ -442,8 +443,8 @@ class Launcher:
         run_paths = {}
         side_attempts = attempts.pop("_canary", []) + attempts.pop("_lead_in", [])
         for case in members:
-            run = assemble_member_run(case, mc, self.settings, self._settings_for(case, op_settings, faults,
-                                                                                  True, True),
+            run = assemble_member_run(case, mc, {"backend": self.backend, "device": self.device},
+                                      self._settings_for(case, op_settings, faults, True, True),
                                       rounds[case.id], failed.get(case.id), attempts[case.id], session_id)
             run["held"] = held_rec
             write_run_json(dir_of[case.id], run)

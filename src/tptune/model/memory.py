@@ -621,16 +621,6 @@ def _done(res: dict, tps) -> dict:
     return res
 
 
-def tp_floor_for(settings, *, recorded_gib: float | None = None) -> dict:
-    """``tp_floor`` for a resolved ``tptune.settings.resolve.Settings`` (its model, tp_sizes, parallel,
-    hardware, gpus_per_node and decision.min_tp)."""
-    cfg = settings.config
-    node = cfg.get("gpus_per_node", 8)
-    mem = gpu_memory_bytes(cfg.get("hardware"), settings.device, recorded_gib=recorded_gib, ranks_per_host=node)
-    return tp_floor(settings.model, settings.tp_sizes, cfg.get("parallel"), mem, node,
-                    (cfg.get("decision") or {}).get("min_tp"))
-
-
 def markdown_table(floor: dict) -> str:
     """The memory table of a ``tp_floor`` result, as Markdown (GiB), with its verdict line."""
     lines = [f"Memory floor: **{'TP=' + str(floor['floor_tp']) if floor['floor_tp'] else 'none in the node'}** "

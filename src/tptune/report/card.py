@@ -203,7 +203,7 @@ def _efficiency(decisions: dict) -> tuple[str | None, str | None]:
 
 def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
     meta = decisions["meta"]
-    margin = meta.get("noise_floor") or s.config["decision"]["noise_floor"]
+    margin = meta.get("noise_floor") or s.decision.noise_floor
     files = _files(meta, run, s.backend)
     flags = None
     flags_file = run.file("megatron_flags.txt")

@@ -69,9 +69,7 @@ def _memory_md(floor: dict | None) -> str:
 
 
 def _overlap_md(s: Settings) -> str:
-    from tptune.te.traps import report_md
-
-    return report_md(s.config, s.model)
+    return s.traps_md()
 
 
 def _point_rows(meas: pl.DataFrame) -> pl.DataFrame:
@@ -286,7 +284,7 @@ def _environment(s: Settings) -> jinja2.Environment:
     env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
     env_t.filters.update(numerics=_numerics, fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
-                         words=lambda r: classify_ratio(r, s.config["decision"]["noise_floor"]),
+                         words=lambda r: classify_ratio(r, s.decision.noise_floor),
                          efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
     return env_t
 
@@ -295,7 +293,7 @@ def card_markdown(s: Settings, run: RunDir, decisions: dict, failures: list[dict
     """The answer card alone, as report.md opens with it (without the summary figure and its table)."""
     return _environment(s).get_template("answer_card.md.j2").render(
         card=answer_card(s, run, decisions, failures), summary_rows=[], summary_png=None,
-        layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)))
+        layer_num_layers=int(s.layer.num_layers))
 
 
 def render_report(s: Settings, run: RunDir, out: Path) -> Path:
@@ -335,7 +333,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
     png = plot_summary(summary, run.summary_png)
     text = env_t.get_template("report.md.j2").render(
         card=card, summary_rows=summary, summary_png=str(png.relative_to(run.root)) if png else None,
-        layer_num_layers=int((s.config.get("layer") or {}).get("num_layers", 2)),
+        layer_num_layers=int(s.layer.num_layers),
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
         comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),

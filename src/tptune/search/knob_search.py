@@ -30,16 +30,14 @@ def references(s: Settings, op: str, tp: int) -> dict[str, dict]:
     from tptune.te.ubcfg import distinct_settings
 
     wl = s.model.workload.ub_rules
-    cases = [make_case(op, tp, f"ub.{name}") for name in ["te", *s.op_settings(op)["search"].get("te_presets", [])]]
+    cases = [make_case(op, tp, f"ub.{name}") for name in ["te", *s.op(op).search.te_presets]]
     return {c.variant.preset: case_ub_cfgs(c, workload=wl) for c in distinct_settings(cases, wl)}
 
 
 def planner_args(s: Settings, op: str, tp: int) -> dict:
     """Keyword arguments of knobs.plan_next/plan_result for (op, TP) of this run."""
-    from tptune.settings.resolve import step_margins
-
-    win, floor = step_margins(s)
-    return {"references": references(s, op, tp), "config": s.op_settings(op)["search"].get("knobs"),
+    win, floor = s.decision.step_margins
+    return {"references": references(s, op, tp), "config": s.op(op).search.knobs,
             "workload": s.model.workload.ub_rules, "floor": floor, "win": win}
 
 

@@ -3,9 +3,11 @@ settings the launcher takes from them."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from tptune.search.steps import canary_case, point_contenders, point_members, step_cases
-from tptune.settings.resolve import Settings, step_margins
+from tptune.settings.blocks import OpSettings
+from tptune.settings.resolve import Settings
 
 # -- what a measuring job measures with ----------------------------------------------------------
 # A session's *measurement settings*: exactly what its measuring job hands the launcher, and nothing
@@ -18,23 +20,21 @@ MEASURE_LAUNCHER_KEYS = ("multicast", "env", "cpu_threads_per_rank")
 TRAP_ONLY_WORKLOAD = ("packed_sequences", "sequence_parallel")
 
 
-def measurement(s: Settings, op_settings: dict, members: list[str] | None, *, canary: str | None,
+def measurement(s: Settings, op: OpSettings, members: list[str] | None, *, canary: str | None,
                 margin: float, tie_margin: float | None, evidence: bool, contenders: list[str] | None = None,
                 always: list[str] | None = None, layer: dict | None = None) -> dict:
     """A session's measurement settings (see above). ``members`` None: they follow from the job's
     input files (the layer stage's block settings come from the TP points). The run's ``faults`` (a
     testing aid that makes a member fail, as a machine might) are not among them: changing them
     re-measures nothing; ``snakemake -R $(tptune failed <run>)`` re-measures failed sessions."""
-    lc = s.config.get("launcher") or {}
     model = {k: v for k, v in s.model.to_dict().items() if k != "source"}   # what is measured, not where it was read
     # named by the traps only: the benches always measure with sequence parallelism and a fixed shape
     model["workload"] = {k: v for k, v in model["workload"].items() if k not in TRAP_ONLY_WORKLOAD}
     return {"backend": s.backend, "device": s.device, "model": model,
-            "timing": dict(op_settings["timing"]), "check": bool(op_settings.get("check", False)),
-            "atomic_gemm": bool((op_settings.get("search") or {}).get("atomic_gemm", False)),
+            "timing": op.timing.as_dict(), "check": bool(op.check), "atomic_gemm": bool(op.search.atomic_gemm),
             "layer": layer, "members": members, "contenders": contenders, "always": always, "canary": canary,
             "evidence": evidence, "margin": margin, "tie_margin": tie_margin,
-            "launcher": {k: lc.get(k) for k in MEASURE_LAUNCHER_KEYS}}
+            "launcher": s.launcher.given_or_none(*MEASURE_LAUNCHER_KEYS)}
 
 
 def launcher_op_settings(m: dict) -> dict:
@@ -51,24 +51,22 @@ def settings_digest(m: dict) -> str:
 
 def step_measurement(s: Settings, op: str, tp: int, dim: str, prev: dict | None) -> dict:
     cases = step_cases(s, op, tp, dim, prev)
-    win, floor = step_margins(s)
-    return measurement(s, s.op_settings(op), [c.id for c in cases], canary=None, margin=win, tie_margin=floor,
+    win, floor = s.decision.step_margins
+    return measurement(s, s.op(op), [c.id for c in cases], canary=None, margin=win, tie_margin=floor,
                        evidence=False)
 
 
 def point_measurement(s: Settings, op: str, tp: int, results: list[dict]) -> dict:
     members, _ = point_members(s, op, tp, results)
     ids = [c.id for c in members]
-    return measurement(s, s.op_settings(op), ids, canary=canary_case(s, tp).id,
-                       margin=s.config["decision"]["noise_floor"], tie_margin=None, evidence=True,
+    return measurement(s, s.op(op), ids, canary=canary_case(s, tp).id, margin=s.decision.noise_floor,
+                       tie_margin=None, evidence=True,
                        contenders=point_contenders(members))
 
 
 def layer_measurement(s: Settings, tp: int) -> dict:
     """The layer stage of one TP: its block settings follow from the TP points (its inputs)."""
-    ops = dict(s.op_settings(s.ops[0]))
-    ops["check"] = True
-    return measurement(s, ops, None, canary=canary_case(s, tp).id, margin=s.config["decision"]["noise_floor"],
-                       tie_margin=None, evidence=True,
-                       layer={k: v for k, v in (s.config.get("layer") or {}).items() if k != "enabled"}) | (
-        {"presets": list(s.config["search"].get("te_presets") or [])} if s.backend == "te" else {})
+    op = replace(s.op(s.ops[0]), check=True)
+    return measurement(s, op, None, canary=canary_case(s, tp).id, margin=s.decision.noise_floor,
+                       tie_margin=None, evidence=True, layer=s.layer.block_settings()) | (
+        {"presets": list(s.search.te_presets or [])} if s.backend == "te" else {})

@@ -18,7 +18,7 @@ from tptune.records.points import point_summary
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.search import bisect, knob_search
-from tptune.settings.resolve import Settings, step_margins
+from tptune.settings.resolve import Settings
 from tptune.te.methods import chunk_candidates, te_candidates
 from tptune.te.ubcfg import distinct_settings
 
@@ -36,15 +36,14 @@ class Dimension:
 
 
 def _search_cfg(s: Settings, op: str) -> dict:
-    search = s.op_settings(op)["search"]
-    return {k: search[k] for k in METHOD_SEARCH_KEYS if k in search}
+    return s.op(op).search.given_of(METHOD_SEARCH_KEYS)
 
 
 def reference_cases(s: Settings, op: str, tp: int) -> list[Case]:
     """Measured for every (op, TP): no overlap, the no-communication bound, and for TE the defaults and presets."""
     refs = ["none", "nocomm"]
     if s.backend == "te":
-        refs += ["ub.te"] + [f"ub.{p}" for p in s.op_settings(op)["search"].get("te_presets", [])]
+        refs += ["ub.te"] + [f"ub.{p}" for p in s.op(op).search.te_presets]
     return [make_case(op, tp, v) for v in refs]
 
 
@@ -82,13 +81,13 @@ def dimensions(s: Settings, op: str, tp: int) -> dict[str, Dimension]:
 
 
 def search_mode(s: Settings, op: str) -> str:
-    return s.op_settings(op)["search"].get("mode", "bisect")
+    return s.op(op).search.mode
 
 
 def next_values(s: Settings, op: str, dim: Dimension, measured: dict, pairs: dict | None = None) -> list:
     if search_mode(s, op) in ("grid", "joint"):
         return [v for v in dim.candidates if v not in measured] if len(dim.candidates) > 1 else []
-    win, floor = step_margins(s)
+    win, floor = s.decision.step_margins
     return bisect.next_points(dim.candidates, measured, floor=floor, pairs=pairs if pairs is not None else {},
                               win=win)
 
@@ -118,7 +117,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
     if values:
         rel = str(RunDir(".").step_session(op, tp, dim_name, step))
         sessions.append({"step": step, "values": values, "session": rel})
-    win, floor = step_margins(s)
+    win, floor = s.decision.step_margins
     measured, pairs = {}, {}
     for entry in sessions:
         runs = load_session(Path(run_dir) / entry["session"]).points
@@ -144,7 +143,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
         else:
             best, path = bisect.result(dim.candidates, measured, floor=floor, pairs=pairs, win=win)
         rec.update({"best": best, "best_case": dim.case_of(best).id, "path": path})
-        ru = (runner_up(path, best, floor) if mode == "bisect" and s.op_settings(op)["search"].get("runner_up")
+        ru = (runner_up(path, best, floor) if mode == "bisect" and s.op(op).search.runner_up
               else None)   # grid/joint measured every value side by side already
         if ru is not None:
             rec["runner_up_case"] = dim.case_of(ru).id

@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import yaml
 
 from tptune.errors import ConfigError
-from tptune.measure.gpupool import available_ids, slurm_allocation
+from tptune.settings.blocks import (Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
+                                    Timing, margins_problem, rounds_problem)
 from tptune.settings.schema import problems as schema_problems
 from tptune.model.spec import ModelConfig, load_model
 from tptune.model.ops import OPS, overlap_ops
@@ -36,40 +36,72 @@ def _schema_problems(config: dict) -> list[str]:
     return schema_problems(config, SCHEMA)
 
 
-def te_available() -> bool:
-    return importlib.util.find_spec("transformer_engine") is not None
+@dataclass(frozen=True)
+class Host:
+    """What the machine resolving a run offers, as measure.preflight.probe_host found it: the GPUs this
+    process may use, whether Transformer Engine imports, and (when the hardware is checked) cuda:0's
+    compute capability. ``backend: auto`` and the device follow from it; nothing here probes."""
+    gpu_ids: tuple[str, ...] = ()
+    te_available: bool = False
+    capability: tuple[int, int] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Settings:
+    """A resolved run: the model, the backend and device, and the config's blocks as typed values
+    (built once, per-op overrides applied). ``config`` is the merged run config as given, for what
+    records it whole (config.json, the deriving jobs' params: ``recorded``); read the typed blocks."""
     config: dict
     model: ModelConfig
     backend: str            # torch | te
     device: str             # cpu | cuda
     run: str
     ops_note: str | None = None     # ops: auto (the default): what it took for this model (traps.auto_ops_note)
+    ops: list[str] = field(init=False)
+    tp_sizes: list[int] = field(init=False)
+    gpus_per_node: int = field(init=False)
+    timing: Timing = field(init=False)
+    search: Search = field(init=False)
+    decision: Decision = field(init=False)
+    layer: Layer = field(init=False)
+    launcher: LauncherSettings = field(init=False)
+    hardware: Hardware = field(init=False)
+    parallel: Parallel = field(init=False)
+    faults: dict = field(init=False)
+    per_op: dict = field(init=False, repr=False)
 
-    @property
-    def ops(self) -> list[str]:
-        return list(self.config["ops"])
+    def __post_init__(self):
+        c = self.config
+        put = partial(object.__setattr__, self)
+        put("ops", list(c["ops"]))
+        put("tp_sizes", sorted(c["tp_sizes"]))
+        put("gpus_per_node", c.get("gpus_per_node", 8))
+        put("timing", Timing.from_dict(c.get("timing")))
+        put("search", Search.from_dict(c.get("search")))
+        put("decision", Decision.from_dict(c.get("decision")))
+        put("layer", Layer.from_dict(c.get("layer")))
+        put("launcher", LauncherSettings.from_dict(c.get("launcher")))
+        put("hardware", Hardware.from_dict(c.get("hardware")))
+        put("parallel", Parallel.from_dict(c.get("parallel")))
+        put("faults", dict(c.get("faults") or {}))
+        put("per_op", {op: self._merged_op(op) for op in self.ops})
 
-    @property
-    def tp_sizes(self) -> list[int]:
-        return sorted(self.config["tp_sizes"])
-
-    def op_settings(self, op: str) -> dict:
-        """Timing/search/check for one op: the run's values with the op's own overrides merged over."""
+    def _merged_op(self, op: str) -> OpSettings:
         base = {k: self.config.get(k) for k in ("timing", "search") if k in self.config}
         over = self.config.get("op_settings", {}).get(op, {})
         merged = deep_merge(base, over)
-        merged["check"] = over.get("check", self.backend == "te")
-        return merged
+        return OpSettings(timing=Timing.from_dict(merged.get("timing")), search=Search.from_dict(merged.get("search")),
+                          check=over.get("check", self.backend == "te"))
+
+    def op(self, op: str) -> OpSettings:
+        """Timing/search/check for one op: the run's values with the op's own overrides merged over."""
+        return self.per_op[op] if op in self.per_op else self._merged_op(op)
 
     @property
     def window_auto(self) -> bool:
         """timing.window_ms: auto, for the run or an op: the window comes from the node's calibration
         (window_calibration; the workflow's calibrate_window rule)."""
-        return any(self.op_settings(op)["timing"].get("window_ms") == "auto" for op in self.ops)
+        return any(self.op(op).timing.window_auto for op in self.ops)
 
     def with_window(self, window_ms: float) -> "Settings":
         """These settings with every ``window_ms: auto`` (the run's, an op's) replaced by ``window_ms``."""
@@ -80,20 +112,30 @@ class Settings:
                 timing["window_ms"] = window_ms
         return replace(self, config=cfg)
 
-    def launcher_settings(self) -> dict:
-        return {"backend": self.backend, "device": self.device, "launcher": self.config["launcher"]}
+    def recorded(self, *keys: str) -> dict:
+        """The run config's ``keys`` as it gives them (None where absent): what a deriving job's params
+        record, so a changed setting re-derives what it changes."""
+        return {k: copy.deepcopy(self.config.get(k)) for k in keys}
+
+    def traps(self) -> list:
+        """The traps of this run's config and model (te.traps.run_traps)."""
+        from tptune.te.traps import run_traps
+
+        return run_traps(self.config, self.model)
+
+    def traps_md(self) -> str:
+        """The report's account of the traps and shape mixes of this run (te.traps.report_md)."""
+        from tptune.te.traps import report_md
+
+        return report_md(self.config, self.model)
 
 
-def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", check_hardware: bool = True,
-            node_tps: list[int] | None = None) -> Settings:
+def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Path = ".") -> Settings:
     """Validate a merged run config and everything it points to. Raises ConfigError listing all problems.
 
-    ``check_hardware=False`` is for steps that only read recorded measurements (search steps,
-    decisions, report): they run anywhere, e.g. on a laptop with a GPU node's outputs copied over;
-    and for a dry run or a submit host (TPTUNE_SUBMIT_ONLY=1), which measure nothing here.
-    With ``check_hardware``, this node must hold the TP sizes ``node_tps`` (default: all of
-    ``tp_sizes``, the workflow's parse-time check; a measuring job gives its own TP, as a Slurm job
-    is granted only the GPUs of its TP)."""
+    ``host``: what this machine offers (measure.preflight.probe_host): ``backend: auto`` and the device
+    follow from it. Whether the machine can run what the config asks (GPUs, Transformer Engine, the
+    FP8 recipe on this GPU) is measure.preflight's check, not this one."""
     problems = _schema_problems(config)
     if problems:
         if any(re.match(r"field '[^'.]+': (unknown key|required but missing)", p) for p in problems):
@@ -156,31 +198,20 @@ def resolve(config: dict, source: str = "config", base_dir: str | Path = ".", ch
     problems.extend(memory_problems(config, mc))
     from tptune.te.traps import config_problems as trap_problems  # ops with nothing under TP overlap in this model
     problems.extend(trap_problems(config, mc))
-    backend = config.get("backend", "auto")
-    gpu_ids = available_ids()
-    has_gpu = bool(gpu_ids)
-    if backend == "auto":
-        backend = "te" if has_gpu and te_available() else "torch"
-    if check_hardware and backend == "te" and not has_gpu:
-        problems.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch; on a "
-                        "submit host without GPUs, e.g. a Slurm login node, set TPTUNE_SUBMIT_ONLY=1)")
-    if check_hardware and backend == "te" and not te_available():
-        problems.append("field 'backend': te needs transformer_engine and megatron.core (pip install '.[gpu]'; "
-                        "on a submit host without them set TPTUNE_SUBMIT_ONLY=1)")
+    backend = backend_for(config, host)
     problems.extend(_knob_search_problems(config, backend))
     problems.extend(cross_field_problems(config))
-    if check_hardware:
-        tps = sorted(config["tp_sizes"]) if node_tps is None else sorted(node_tps)
-        problems.extend(node_problems(tps, gpu_ids, (config.get("launcher") or {}).get("cpu_slots", 8)))
     if mc is not None and mc.workload.is_fp8:
         # FP8: the torch backend refuses it in one line unless workload.fp8_emulation: bf16; the recipe
-        # must suit the GPU (its compute capability when this node has one, else hardware.gpu).
-        from tptune.te.fp8 import device_capability, fp8_startup_problems
-        cc = device_capability() if has_gpu and check_hardware else None
-        problems.extend(fp8_startup_problems(mc.workload, backend, config.get("hardware"), cc))
+        # must suit the GPU (hardware.gpu; with this node's GPU known, measure.preflight checks its own).
+        from tptune.te.fp8 import fp8_backend_problem, fp8_startup_problems
+        if host.capability is None:
+            problems.extend(fp8_startup_problems(mc.workload, backend, config.get("hardware")))
+        elif line := fp8_backend_problem(mc.workload, backend):
+            problems.append(line)
     if problems:
         raise ConfigError(source, problems)
-    device = "cuda" if has_gpu or (backend == "te" and not check_hardware) else "cpu"
+    device = "cuda" if host.gpu_ids or backend == "te" else "cpu"   # te without a GPU: preflight refuses it
     w = mc.workload
     run = config.get("run") or f"{mc.model.name}-s{w.seq_length}-b{w.micro_batch_size}-{w.dtype}-{backend}"
     if not re.fullmatch(r"[A-Za-z0-9._-]+", run):
@@ -205,20 +236,16 @@ def cross_field_problems(config: dict) -> list[str]:
     for op in config["ops"]:
         own = own_all.get(op) or {}
         timing = deep_merge(config.get("timing") or {}, own.get("timing") or {})
-        lo, hi = timing.get("min_rounds"), timing.get("max_rounds")
-        if lo is not None and hi is not None and lo > hi:
-            where = "op_settings.{op}.timing" if {"min_rounds", "max_rounds"} & set(own.get("timing") or {}) \
-                else "timing"
-            out.append(f"field '{where.format(op=op)}.min_rounds' = {lo} exceeds max_rounds = {hi}: a session "
-                       f"stops at max_rounds (its round budget), so min_rounds must be at most max_rounds")
+        where = f"op_settings.{op}.timing" if {"min_rounds", "max_rounds"} & set(own.get("timing") or {}) \
+            else "timing"
+        if why := rounds_problem(where, timing.get("min_rounds"), timing.get("max_rounds")):
+            out.append(why)
         search = deep_merge(config.get("search") or {}, own.get("search") or {})
         where = f"op_settings.{op}.search" if "te_presets" in (own.get("search") or {}) else "search"
         out.extend(f"field '{where}.te_presets': {p}" for p in preset_problems(search.get("te_presets") or []))
     d = config.get("decision") or {}     # the schema has checked each field's type (resolve)
-    if d.get("step_margin") is not None and d.get("noise_floor") is not None and d["step_margin"] > d["noise_floor"]:
-        out.append(f"field 'decision.step_margin' = {d['step_margin']} exceeds decision.noise_floor = "
-                   f"{d['noise_floor']}: a search step wins beyond step_margin and ties within noise_floor, "
-                   f"so step_margin must be at most noise_floor")
+    if why := margins_problem(d.get("step_margin"), d.get("noise_floor")):
+        out.append(why)
     min_tp = d.get("min_tp")
     if min_tp is not None and min_tp > max(config["tp_sizes"]):
         out.append(f"field 'decision.min_tp' = {min_tp} exceeds every TP in tp_sizes {sorted(config['tp_sizes'])}: "
@@ -258,29 +285,12 @@ def preset_problems(names: list[str]) -> list[str]:
     return out
 
 
-def node_problems(tps: list[int], gpu_ids: list[str], cpu_slots: int) -> list[str]:
-    """TP sizes this node cannot hold: a TP group needs TP GPUs (on CPU, TP of launcher.cpu_slots worker
-    slots). ``gpu_ids``: the GPUs this process may use (gpupool.available_ids); none: a CPU run."""
-    if gpu_ids:
-        too_big = [tp for tp in tps if tp > len(gpu_ids)]
-        if not too_big:
-            return []
-        if slurm_allocation() is not None:
-            where = "granted by Slurm to this job"
-        elif os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
-            where = f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}"
-        else:
-            where = "listed by the driver"
-        return [f"field 'tp_sizes': this node shows {len(gpu_ids)} GPU(s) ({where}: {', '.join(gpu_ids)}) and "
-                f"the run asks for TP sizes {tps}: TP={', '.join(map(str, too_big))} cannot run here. Lower "
-                f"tp_sizes, or run on a node with {max(too_big)} GPUs (a Slurm submit host sets "
-                f"TPTUNE_SUBMIT_ONLY=1: its jobs are checked where they run)"]
-    too_big = [tp for tp in tps if tp > cpu_slots]
-    if not too_big:
-        return []
-    return [f"field 'tp_sizes': no GPU here, so ranks run on CPU worker slots, and launcher.cpu_slots = "
-            f"{cpu_slots} slot(s) cannot hold the TP sizes asked {tps} (TP={', '.join(map(str, too_big))}). "
-            f"Lower tp_sizes or raise launcher.cpu_slots"]
+def backend_for(config: dict, host: Host) -> str:
+    """``backend`` of the run config; ``auto``: te where the host has GPUs and Transformer Engine, else torch."""
+    backend = config.get("backend", "auto")
+    if backend == "auto":
+        backend = "te" if host.gpu_ids and host.te_available else "torch"
+    return backend
 
 
 def _knob_search_problems(config: dict, backend: str) -> list[str]:
@@ -372,11 +382,3 @@ def load_run_config(paths: list[str | Path]) -> tuple[dict, str, str]:
     given = [p for p in paths if p.resolve() != defaults.resolve()]
     cfg = load_config_files(defaults, *given)
     return cfg, " + ".join([f"{defaults} (defaults)"] + [str(p) for p in given]), "."
-
-
-def step_margins(s: Settings) -> tuple[float, float]:
-    """(win, tie) margins of a search step's paired comparison: a value wins beyond
-    decision.step_margin, a resolved tie lies within decision.noise_floor. A run recorded without
-    step_margin (before it existed) replays with the noise floor for both, as it was measured."""
-    d = s.config["decision"]
-    return float(d.get("step_margin", d["noise_floor"])), float(d["noise_floor"])
