@@ -188,7 +188,7 @@ def test_unknown_preset_is_refused_at_plan_time_naming_the_valid_ones(tmp_path):
     p = tptune(tmp_path, "plan", "--config", run_yaml(tmp_path, search={"te_presets": ["no_such_preset"]}),
                "--out", "p.parquet")
     assert p.returncode == 2 and "field 'search.te_presets': no preset 'no_such_preset'" in p.stderr
-    assert "valid: te, nemo_tp4, nvidia_bf16_tp2" in p.stderr
+    assert "valid: te, launcher_h100_tp2, nemo_tp4, nemo_tp4_recipe, nvidia_bf16_tp2" in p.stderr
     p = tptune(tmp_path, "validate", run_yaml(tmp_path, op_settings={"qkv": {"search": {"te_presets": ["nemo_tp5"]}}}))
     assert p.returncode == 2 and "field 'op_settings.qkv.search.te_presets': no preset 'nemo_tp5'" in p.stderr
 

@@ -19,7 +19,7 @@ from tptune.decide.summary import (
     summed_efficiency,
 )
 from tptune.decide.files import write_sets
-from tptune.decide.tp import apply_floor, memory_floor, model_tp
+from tptune.decide.tp import settle_undecided, apply_floor, memory_floor, model_tp
 from tptune.emit import configs as emit
 from tptune.records import load
 from tptune.records.run_dir import RunDir, layer_session_name
@@ -89,6 +89,8 @@ def decide(s: Settings, run: RunDir, final_files: list[Path]) -> dict:
     rule_tp, tp_evidence = model_tp(s, points_by_op)
     mem = memory_floor(s, recorded_gpu_memory(run))
     all_tps = sorted({t for pts in points_by_op.values() for t in pts})
+    model_eff = summed_efficiency(records, points_by_op)
+    rule_tp = settle_undecided(rule_tp, tp_evidence, model_eff, mem)
     tp, ev = apply_floor(rule_tp, {**mem, "measured_tps": all_tps}, "model")
     if ev:
         tp_evidence = tp_evidence + [ev]
@@ -98,15 +100,17 @@ def decide(s: Settings, run: RunDir, final_files: list[Path]) -> dict:
             "precision": w.precision_label,
             "backend": s.backend, "device": s.device, "model_tp": tp, "model_tp_rule": rule_tp,
             "model_tp_evidence": tp_evidence, "memory": mem,
+            **({"model_tp_undecided": True} if any(e.get("undecided") for e in tp_evidence) else {}),
             "noise_floor": floor, "tp_tolerance": s.decision.tp_tolerance,
             "measurement": measurement_summary(sessions, points_by_op, floor, s.device)}
-    meta["model_efficiency"] = summed_efficiency(records, points_by_op)
+    meta["model_efficiency"] = model_eff
     for e in tp_evidence:   # the model-level hiding figure: the summed ops, each capped at its bound
-        if e.get("rule") == "hides_communication" and e.get("tp") in (None, tp) and e.get("hidden_fraction") is not None:
+        if (e.get("rule") == "hides_communication" and (e.get("tp") in (None, tp) or e.get("undecided"))
+                and e.get("hidden_fraction") is not None):
             e["hidden_fraction"] = meta["model_efficiency"]["value"]
             e["efficiency"] = meta["model_efficiency"]
             e["reason"] = (f"{Efficiency.from_dict(meta['model_efficiency']).hides()} "
-                           "(the ops summed, each capped at its bound)")
+                           "(the ops summed, each capped at its bound)" + e.get("undecided_why", ""))
     layer = load.layer_results(run, all_tps)
     if layer:
         for rec in layer.values():

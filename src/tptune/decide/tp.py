@@ -45,6 +45,39 @@ def memory_floor(s: Settings, recorded_gib: float | None) -> dict:
     return f
 
 
+def settle_undecided(rule_tp: int, evidence: list[dict], efficiency: dict, floor: dict) -> int:
+    """The model's overlap rule states its interval: where the share of the exposed communication the ops
+    hide (``efficiency``, the ops summed, each capped at its bound: the report's figure) has an interval
+    that straddles min_hidden_fraction, the rule is undecided, whatever side its point estimate lies on.
+    Then, in this order: the next TP's scaling decides where it was measured and passed (the chain went on
+    from the start TP); else the memory floor where it needs the start TP or more (apply_floor raises the
+    TP); else the cheaper layout, no TP, is kept, as a tie keeps the cheaper setting, and the record says
+    that more rounds (timing.max_rounds) would decide it. The hiding record is marked ``undecided`` with
+    ``decided_by``; the TP returned is the rule's, before the memory floor."""
+    hide = next((e for e in evidence if e.get("rule") == "hides_communication"), None)
+    lo, hi = efficiency.get("lo"), efficiency.get("hi")
+    if (hide is None or hide.get("hidden_fraction") is None or lo is None or hi is None
+            or efficiency.get("fault") or (hide.get("comparison") or {}).get("outcome", 0) >= 0):
+        return rule_tp     # no fraction, or the overlapped setting did not beat no overlap: decided as it was
+    need = hide["min_hidden_fraction"]
+    if not lo < need <= hi:
+        return rule_tp
+    start = hide["tp"]
+    scaled = any(e.get("rule") == "scaling" and e.get("from_tp") == start and e.get("passed") for e in evidence)
+    floor_tp = floor.get("effective_tp")
+    if scaled:
+        decided_by, then, tp = "scaling", f"TP {start} → {2 * start} scaled within the tolerance, so that decides", rule_tp
+    elif floor_tp and floor_tp >= start:
+        decided_by, then, tp = "memory_floor", "the memory floor decides", 1
+    else:
+        decided_by, tp = "cheaper", 1
+        then = ("the cheaper layout, no TP, is kept (more rounds, timing.max_rounds, would decide it; a run "
+                "with the TP files can still use them)")
+    hide.update({"passed": None, "undecided": True, "decided_by": decided_by, "rule_tp": tp,
+                 "undecided_why": f": its interval straddles {need:.0%}, so the overlap rule is undecided; {then}"})
+    return tp
+
+
 def apply_floor(chosen: int, floor: dict, what: str) -> tuple[int, dict | None]:
     ft = floor.get("effective_tp")
     if not ft or chosen >= ft:

@@ -96,6 +96,10 @@ def _model_tp_reason(meta: dict) -> str:
     """The one rule that set the model TP, in words, from the TP decision's evidence."""
     tp, ev = meta.get("model_tp"), meta.get("model_tp_evidence") or []
     floor = next((e for e in ev if e.get("rule") == "memory_floor" and not e.get("passed")), None)
+    undecided = next((e for e in ev if e.get("rule") == "hides_communication" and e.get("undecided")), None)
+    if undecided:
+        then = f"; memory floor: {floor.get('reason') or floor.get('why')}" if floor else ""
+        return f"overlap rule at TP {undecided['tp']}: {undecided['reason']}{then}"
     if floor:
         return f"memory floor: {floor.get('reason') or floor.get('why')}"
     for e in ev:
@@ -221,7 +225,8 @@ def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
             "block": block, "layer_tps": sorted(int(tp) for tp in meta.get("layer") or {}),
             "efficiency": efficiency, "no_efficiency": no_efficiency,
             "confidence": _confidence(decisions, s, failures, block), "cpu": s.device != "cuda",
-            "margin": margin, "memory_no_fit": _memory_no_fit(meta)}
+            "margin": margin, "memory_no_fit": _memory_no_fit(meta),
+            "rule_undecided": bool(meta.get("model_tp_undecided"))}
 
 
 def _memory_no_fit(meta: dict) -> str | None:
