@@ -66,6 +66,19 @@ def _pt(case, ms):
                                     "round_ids": list(range(len(rounds)))}}}
 
 
+def test_a_reference_run_with_its_recipes_environment_is_compared_but_never_written(tmp_path):
+    """nemo_tp4_recipe (nemo_tp4 with NVIDIA's layernorm SM margins) beats the tuned block here, but the
+    files carry no environment, so the file keeps the tuned combination and the row names the variables."""
+    recipe = "layer-tp2-ub.nemo_tp4_recipe"
+    rec = layer_record(S, 2, _session(tmp_path, {NONE: (81.0, True), recipe: (70.0, True), TUNED: (78.0, True)}),
+                       TUNED)
+    row = next(r for r in rec["settings"] if r["case"] == recipe)
+    assert rec["winner"] == TUNED and row["tuned_vs"]["outcome"] == 1
+    assert row["environment"] == {"NVTE_FWD_LAYERNORM_SM_MARGIN": "20", "NVTE_BWD_LAYERNORM_SM_MARGIN": "20"}
+    assert "environment" not in next(r for r in rec["settings"] if r["case"] == TUNED)
+    assert "nemo_tp4_recipe beats it beyond the noise with its recipe's environment" in rec["reason"]
+
+
 def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheaper(tmp_path):
     """qkv: NVIDIA's preset 1% faster than a cheaper setting (a tie: the tuned file takes the cheaper);
     the block also measures the combination of each op's fastest setting, and says which it is."""

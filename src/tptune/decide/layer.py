@@ -31,6 +31,7 @@ from tptune.records.sessions import Session
 from tptune.stats.host_evidence import summary as host_summary
 from tptune.stats.noise import compare_points
 from tptune.stats.wording import classify_ratio
+from tptune.te.ubcfg import PRESETS_DIR, preset_environment
 
 
 def block_layers(m, n: int) -> list[str]:
@@ -161,6 +162,15 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run: RunDir) -> tup
     return [make_case("layer", tp, v) for v in dict.fromkeys(variants)], tuned
 
 
+def recipe_environment(case_id: str) -> dict[str, str]:
+    """The environment a shipped preset's case runs with (te.ubcfg.preset_environment: e.g. the layernorm
+    SM margins of NVIDIA's recipes); {} for every other setting, the run's own presets included."""
+    v = parse_case_id(case_id).variant
+    if v.kind != "ub" or not (PRESETS_DIR / f"{v.preset}.yaml").is_file():
+        return {}
+    return preset_environment(v.preset)
+
+
 def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
     """The block-level comparison of one TP from its recorded block ``session``."""
     from tptune.decide.points import slim
@@ -177,6 +187,9 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
                "correct": (runs[cid].get("correctness") or {}).get("ok"),
                "numerics": numerics_row(runs[cid].get("correctness"))}
         row["host_batches"] = host_summary(runs[cid])
+        env = recipe_environment(cid)
+        if env:
+            row["environment"] = env
         if cid != tuned_id:
             cmp = compare_points(tuned, p, floor=floor, tie="a")
             row["tuned_vs"] = cmp.to_dict()
@@ -187,9 +200,10 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
             row["tuned_vs"]["words"] = classify_ratio(row["tuned_vs"].get("ratio"), floor)
         rows.append(row)
     kind = parse_case_id(tuned_id).variant.kind
-    # an emitted config must pass the numerics check on the block: failing settings cannot win
+    # an emitted config must pass the numerics check on the block: failing settings cannot win; nor can a
+    # reference measured with its recipe's environment, which no file of the set carries
     passing = [r for r in rows if r["median_ms"] and r["correct"] is not False
-               and parse_case_id(r["case"]).variant.kind == kind]
+               and parse_case_id(r["case"]).variant.kind == kind and not r.get("environment")]
     beaten_by = [r for r in passing if r["case"] != tuned_id and r.get("tuned_vs", {}).get("outcome") == 1]
     finalist = [r for r in passing if r["variant"] == f"ub.{fastest_preset(tp)}"
                 and ((r.get("tuned_vs") or {}).get("ratio") or {}).get("lo", 0) > 1.0]
@@ -214,6 +228,10 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
     else:
         winner, reason = tuned_id, _unbeaten(rows, tuned_id)
+    by_recipe = [r["case"] for r in rows if r.get("environment") and (r.get("tuned_vs") or {}).get("outcome") == 1]
+    if by_recipe:
+        reason += (f"; {', '.join(by_recipe)} beat{'s' if len(by_recipe) == 1 else ''} it beyond the noise with "
+                   "its recipe's environment, which no file of the set carries: measured, never written")
     num_layers = int(s.layer.num_layers)
     compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id)
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
