@@ -177,6 +177,7 @@ def _measure_session(s, m: dict, cases, sdir: Path, presets_dir: Path | None = N
     machine drift over a run, and a bisection step's two points are compared within their session."""
     from tptune.cases import parse_case_id
     from tptune.measure.launch import Launcher
+    from tptune.measure.session_spec import SessionSpec
     from tptune.search.measurement import launcher_op_settings
 
     op_settings = launcher_op_settings(m)
@@ -184,11 +185,12 @@ def _measure_session(s, m: dict, cases, sdir: Path, presets_dir: Path | None = N
     faults = {cid: f for cid, f in (s.config.get("faults") or {}).items() if cid in ids}
     if presets_dir is not None:
         op_settings["te"] = {"presets_dirs": [str(presets_dir.resolve())]}
-    rec = Launcher(s.launcher_settings()).session(
-        cases, s.model, sdir, op_settings, session_id="/".join(sdir.parts[sdir.parts.index("sessions") + 1:]),
+    spec = SessionSpec(
+        "/".join(sdir.parts[sdir.parts.index("sessions") + 1:]), cases, s.model, op_settings,
         contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
         margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
         always=m["always"], record={**m, **({"injected_faults": faults} if faults else {})})
+    rec = Launcher(s.launcher_settings()).session(spec, sdir)
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))

@@ -73,6 +73,7 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
     """``pairs``: (ub_cfgs yaml, TransformerConfig overrides yaml) built as written, consistent or not:
     the block shows what Megatron + TE do with that pair (its numerics tell a corrupting one)."""
     from tptune.measure.launch import Launcher
+    from tptune.measure.session_spec import SessionSpec
     from tptune.stats.noise import compare_points
     from tptune.search.steps import canary_case
     from tptune.records.sessions import read_session
@@ -107,8 +108,9 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
                            te={**op_settings.get("te", {}), "presets_dirs": [str(presets.resolve())],
                                "preset_switches": pair_switches})
         sdir = work / "sessions" / op / f"tp{tp}"
-        rec = launcher.session(members, s.model, sdir, op_settings, session_id=f"{op}/tp{tp}",
-                               canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
+        spec = SessionSpec(f"{op}/tp{tp}", members, s.model, op_settings,
+                           canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
+        rec = launcher.session(spec, sdir)
         _, runs = read_session(sdir, ".")
         none, te = runs.get(f"{op}-tp{tp}-none"), runs.get(f"{op}-tp{tp}-ub.te")
         rows = []
