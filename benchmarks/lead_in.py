@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tptune.cases import make_case
 from tptune.measure.launch import Launcher
+from tptune.measure.session_spec import SessionSpec
 from tptune.stats.rounds import log_ratio_interval, point_rounds
 from tptune.cli.calibrate import load_sharded
 PAIR = ("none", "nocomm")
@@ -84,8 +85,8 @@ def main(argv=None) -> int:
                                                                 max_rounds=a.rounds, profile_steps=0,
                                                                 lead_in=arm == "lead-in"))
                     sdir = Path(tmp) / f"{op}-{rep}-{arm}"
-                    rec = launcher.session(members, mc, sdir, op_settings, session_id=f"lead-in/{op}/{rep}/{arm}",
-                                           evidence=False)
+                    rec = launcher.session(SessionSpec(f"lead-in/{op}/{rep}/{arm}", members, mc, op_settings,
+                                                       evidence=False), sdir)
                     vals = {cid: point_rounds(json.loads((sdir / p).read_text())) for cid, p in rec["runs"].items()}
                     first, second = rec["order"][0][0], rec["order"][0][1]
                     e = first_member_effect(vals[first], vals[second])

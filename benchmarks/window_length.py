@@ -51,6 +51,7 @@ from pathlib import Path
 
 from tptune.cases import make_case
 from tptune.measure.launch import Launcher
+from tptune.measure.session_spec import SessionSpec
 from tptune.stats.rounds import log_ratio_interval, t975
 from tptune.cli.calibrate import (load_sharded, member_record, sd_interval, split_rounds,  # noqa: F401
                                   window_value)
@@ -252,8 +253,8 @@ def main(argv=None) -> int:
                                                         window_ms=a.window_ms))
             if a.preroll_ms is not None:
                 op_settings["timing"]["preroll_ms"] = a.preroll_ms
-            rec = launcher.session(members, mc, Path(tmp) / op, op_settings, session_id=f"window/{op}",
-                                   evidence=False)
+            rec = launcher.session(SessionSpec(f"window/{op}", members, mc, op_settings, evidence=False),
+                                   Path(tmp) / op)
             runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
             bad = [cid for cid, r in runs.items() if r["status"] != "ok"]
             if bad:

@@ -135,8 +135,8 @@ def test_fp8_cases_use_fp8_userbuffers_autocast_and_fp8_tolerances():
 @pytest.mark.slow
 def test_delayed_scaling_reference_runs_its_priming_passes():
     """Delayed scaling: the no-overlap reference runs REF_PRIME_ITERS fwd+bwd before the compared one
-    (te_backend.REF_PRIME_ITERS); current scaling is stateless and needs none."""
-    from tptune.measure.worker.te_backend import REF_PRIME_ITERS
+    (te_common.REF_PRIME_ITERS); current scaling is stateless and needs none."""
+    from tptune.measure.worker.te_common import REF_PRIME_ITERS
     n = {}
     for recipe in ("delayed", "current"):
         res = _run(["proj-tp2-ub.te"], {"dtype": "fp8", "seq_length": 64, "recipe": recipe})[0]
@@ -156,9 +156,9 @@ def test_current_scaling_recipe_and_a_large_error_still_fails():
 
 
 def test_fp8_cases_rejected_before_anything_is_built():
-    from tptune.measure.worker import te_backend
+    from tptune.measure.worker import te_backend, te_common
 
-    te_backend.REQUIRE_CUDA = False
+    te_common.REQUIRE_CUDA = False
     block = load_model(TINY, {"dtype": "fp8", "recipe": "block", "seq_length": 64})
     with pytest.raises(ValueError, match="cannot use userbuffers"):
         te_backend.check_case(make_case("fc1", 2, "ub.te"), block)
@@ -173,17 +173,17 @@ def test_fp8_cases_rejected_before_anything_is_built():
     bad = te_default_ub_cfgs()
     bad["qkv_fprop"]["fp8_buf"] = 1
     with pytest.raises(ValueError, match=r"qkv-tp2-ub.te: ub_cfgs: qkv_fprop: fp8_buf: TE ignores it"):
-        te_backend.check_ub_cfgs(bad, make_case("qkv", 2, "ub.te"), delayed, {})
+        te_common.check_ub_cfgs(bad, make_case("qkv", 2, "ub.te"), delayed, {})
     bad["qkv_fprop"] = {"method": "ring_exchange"}
     bad["fc1_fprop"] = {"method": "ring_exchange", "atomic_gemm": 1}
     with pytest.raises(ValueError, match="pairing rule"):
-        te_backend.check_ub_cfgs(bad, make_case("fc1", 2, "ub.te"), delayed, {"allow_atomic_gemm": True})
+        te_common.check_ub_cfgs(bad, make_case("fc1", 2, "ub.te"), delayed, {"allow_atomic_gemm": True})
     with pytest.raises(ValueError, match="FP8 runs only"):
-        te_backend.check_ub_cfgs(bad, make_case("fc1", 2, "ub.te"), load_model(TINY, {"dtype": "bf16"}), {})
+        te_common.check_ub_cfgs(bad, make_case("fc1", 2, "ub.te"), load_model(TINY, {"dtype": "bf16"}), {})
 
 
 def test_recipe_objects_and_quantization_kwargs():
-    from tptune.measure.worker.te_backend import make_recipe, ub_quantization_kwargs
+    from tptune.measure.worker.te_common import make_recipe, ub_quantization_kwargs
 
     class R:
         class Format:

@@ -12,6 +12,7 @@ from tptune.cases import parse_case_id
 from tptune.measure.gpupool import GpuPool
 from tptune.measure.launch import Launcher, _failure, _round_point, assemble_member_run
 from tptune.settings.blocks import LauncherSettings
+from tptune.measure.session_spec import SessionSpec
 from tptune.model.spec import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,9 +212,9 @@ def test_session_adapts_rounds_drops_losers_and_records(tmp_path, mc):
     lz, log = fake_launcher(tmp_path, fail_at={D: 1})
     members = [parse_case_id(c) for c in (NONE, A, B, C, D)]
     sdir = tmp_path / "sessions" / "qkv" / "tp2" / "point"
-    rec = lz.session(members, mc, sdir, {"timing": {"min_rounds": 3, "max_rounds": 6, "lead_in": True},
-                                         "check": True},
-                     session_id=SESSION, contenders=[A, B, C], canary=parse_case_id(NONE), margin=0.02)
+    rec = lz.session(SessionSpec(SESSION, members, mc, {"timing": {"min_rounds": 3, "max_rounds": 6, "lead_in": True},
+                                                        "check": True},
+                                 contenders=[A, B, C], canary=parse_case_id(NONE), margin=0.02), sdir)
     assert rec["order"][0] == [NONE, A, B, C, D]
     assert rec["order"][1] == [A, B, C, D, NONE]
     assert rec["order"][2] == [B, C, NONE, A]            # D failed in round 1: gone from round 2
@@ -252,8 +253,8 @@ def test_session_adapts_rounds_drops_losers_and_records(tmp_path, mc):
 def test_session_stops_at_min_rounds_once_resolved(tmp_path, mc):
     lz, _ = fake_launcher(tmp_path)
     members = [parse_case_id(c) for c in (A, B)]
-    rec = lz.session(members, mc, tmp_path / "s", {"timing": {"min_rounds": 3, "max_rounds": 8}},
-                     session_id="s", margin=0.02)
+    rec = lz.session(SessionSpec("s", members, mc, {"timing": {"min_rounds": 3, "max_rounds": 8}}, margin=0.02),
+                     tmp_path / "s")
     assert rec["rounds"] == 3 and rec["stop"] == "resolved after 3 rounds"
     assert rec["leader"] == A and rec["canary"] is None and rec["failed"] == []
     assert rec["lead_in"] is None                      # off by default
@@ -262,8 +263,8 @@ def test_session_stops_at_min_rounds_once_resolved(tmp_path, mc):
 def test_lead_in_when_asked_runs_the_first_member_once_outside_the_rounds(tmp_path, mc):
     lz, log = fake_launcher(tmp_path)
     members = [parse_case_id(c) for c in (A, B)]
-    rec = lz.session(members, mc, tmp_path / "s", {"timing": {"min_rounds": 3, "max_rounds": 8, "lead_in": True}},
-                     session_id="s", margin=0.02)
+    rec = lz.session(SessionSpec("s", members, mc, {"timing": {"min_rounds": 3, "max_rounds": 8, "lead_in": True}},
+                                 margin=0.02), tmp_path / "s")
     assert [(cid, d) for cid, d, _, _ in log[:2]] == [(A, "lead_in"), (A, A.split("-", 2)[2])]
     assert rec["lead_in"]["case"] == A and rec["rounds"] == 3
     assert sum(d == "lead_in" for _, d, _, _ in log) == 1
@@ -324,13 +325,13 @@ def test_dropped_setting_never_leads_and_always_members_stay(tmp_path, mc):
 
     lz._measure_once = measure_once
     members = [parse_case_id(c) for c in (A, D, B, C)]
-    rec = lz.session(members, mc, tmp_path / "s", {"timing": {"min_rounds": 2, "max_rounds": 6}},
-                     session_id="s", margin=0.02)
+    rec = lz.session(SessionSpec("s", members, mc, {"timing": {"min_rounds": 2, "max_rounds": 6}}, margin=0.02),
+                     tmp_path / "s")
     measured_last = set(rec["order"][-1])
     assert rec["leader"] in measured_last          # the leader is one of the settings still measured
     assert rec["rounds"] < 6                       # so the others resolve against it
-    rec2 = lz.session(members, mc, tmp_path / "s2", {"timing": {"min_rounds": 2, "max_rounds": 4}},
-                      session_id="s2", margin=0.02, always=[D])
+    rec2 = lz.session(SessionSpec("s2", members, mc, {"timing": {"min_rounds": 2, "max_rounds": 4}}, margin=0.02,
+                                  always=[D]), tmp_path / "s2")
     assert all(D in o for o in rec2["order"])
 
 
@@ -355,9 +356,9 @@ def test_futile_comparison_stops_the_session_early(tmp_path, mc):
 
         lz._measure_once = measure_once
         members = [parse_case_id(c) for c in (NONE, A, B)]
-        return lz.session(members, mc, tmp_path / sub / "s", {"timing": {"min_rounds": 2, "max_rounds": 6,
-                                                                          "futility": futility}},
-                          session_id="s", contenders=[A, B], margin=0.02)
+        return lz.session(SessionSpec("s", members, mc, {"timing": {"min_rounds": 2, "max_rounds": 6,
+                                                                     "futility": futility}},
+                                      contenders=[A, B], margin=0.02), tmp_path / sub / "s")
 
     early, full = run(True, "on"), run(False, "off")
     assert early["futility"] is True and full["futility"] is False

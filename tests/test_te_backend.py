@@ -35,7 +35,7 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split('.')[0] in ('transformer_engine', 'megatron'):
             raise ImportError(f'blocked {name}')
 sys.meta_path.insert(0, Block())
-from tptune.measure.worker import te_backend
+from tptune.measure.worker import te_backend, te_common
 from tptune.measure.worker.harness import load_backend
 assert load_backend('te') is te_backend
 assert 'transformer_engine' not in sys.modules and 'megatron' not in sys.modules
@@ -43,7 +43,7 @@ import torch
 from tptune.cases import make_case
 from tptune.model.spec import load_model
 from tptune.measure.worker.context import RankContext
-te_backend.REQUIRE_CUDA = False
+te_common.REQUIRE_CUDA = False
 mc = load_model(sys.argv[1], {'dtype': 'bf16'})
 ctx = RankContext(0, 2, 0, torch.device('cpu'), None, None)
 try:
@@ -75,12 +75,12 @@ def test_check_case_names_what_the_backend_cannot_run():
 
 
 def test_bad_ub_knob_is_a_value_error_naming_the_gemm():
-    from tptune.measure.worker import te_backend
+    from tptune.measure.worker import te_common
 
     # qkv_fprop all-gathers its input: TE has no pipeline method for it.
     with pytest.raises(ValueError, match="qkv_fprop"):
-        te_backend._ub_cfgs(make_case("qkv", 2, "ub.te+fprop.pipe"))
-    cfgs = te_backend._ub_cfgs(make_case("qkv", 2, "ub.te+dgrad.bulk.sm8.cga2"))
+        te_common.preset_ub_cfgs(make_case("qkv", 2, "ub.te+fprop.pipe"))
+    cfgs = te_common.preset_ub_cfgs(make_case("qkv", 2, "ub.te+dgrad.bulk.sm8.cga2"))
     assert cfgs["qkv_dgrad"]["method"] == "bulk" and cfgs["qkv_dgrad"]["num_sm"] == 8
     assert cfgs["qkv_dgrad"]["cga_size"] == 2 and len(cfgs) == 10
 
@@ -241,12 +241,12 @@ def _install_fakes(state: dict) -> None:
 
 def start_fake_te_rank(rank: int, world: int, port: int, perturb: float, install) -> tuple:
     """One gloo rank with the stand-in TE/Megatron modules of ``install(state)``: (state, RankContext)."""
-    from tptune.measure.worker import te_backend
+    from tptune.measure.worker import te_common
     from tptune.measure.worker.context import RankContext
 
     state = {"ub": None, "inits": [], "destroys": 0, "mpu_inits": 0, "layers": [], "perturb": perturb}
     install(state)
-    te_backend.REQUIRE_CUDA = False
+    te_common.REQUIRE_CUDA = False
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     return state, RankContext(rank, world, rank, torch.device("cpu"), dist.group.WORLD, dist.new_group(backend="gloo"))

@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from tptune.cases import make_case
+from tptune.measure.session_spec import SessionSpec
 from tptune.stats.session_noise import resolvable_sd
 
 CANDIDATES_MS = (500.0, 750.0, 1000.0, 1500.0)
@@ -212,8 +213,9 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
             op_settings = s.op(op).as_dict()
             op_settings.update(check=False, timing=dict(op_settings["timing"], min_rounds=total, max_rounds=total,
                                                         profile_steps=0, window_ms=longest, lead_in=False))
-            rec = launcher.session(members, mc, Path(tmp) / op, op_settings, session_id=f"calibrate/{op}",
-                                   evidence=False, faults=s.faults)
+            spec = SessionSpec(f"calibrate/{op}", members, mc, op_settings, evidence=False,
+                               faults=s.faults)
+            rec = launcher.session(spec, Path(tmp) / op)
             runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
             bad = {cid: (r.get("error") or {}).get("message", "failed") for cid, r in runs.items() if r["status"] != "ok"}
             if bad:

@@ -179,6 +179,7 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
     machine drift over a run, and a bisection step's two points are compared within their session."""
     from tptune.cases import parse_case_id
     from tptune.measure.launch import Launcher
+    from tptune.measure.session_spec import SessionSpec
     from tptune.search.measurement import launcher_op_settings
 
     op_settings = launcher_op_settings(m)
@@ -186,11 +187,12 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
     faults = {cid: f for cid, f in s.faults.items() if cid in ids}
     if presets_dir is not None:
         op_settings["te"] = {"presets_dirs": [str(presets_dir.resolve())]}
-    rec = Launcher(s).session(
-        cases, s.model, sdir, op_settings, session_id=run.session_name(sdir),
+    spec = SessionSpec(
+        run.session_name(sdir), cases, s.model, op_settings,
         contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
         margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
         always=m["always"], record={**m, **({"injected_faults": faults} if faults else {})})
+    rec = Launcher(s).session(spec, sdir)
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))

@@ -74,6 +74,7 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
     """``pairs``: (ub_cfgs yaml, TransformerConfig overrides yaml) built as written, consistent or not:
     the block shows what Megatron + TE do with that pair (its numerics tell a corrupting one)."""
     from tptune.measure.launch import Launcher
+    from tptune.measure.session_spec import SessionSpec
     from tptune.stats.noise import compare_points
     from tptune.search.steps import canary_case
     from tptune.records.run_dir import RunDir
@@ -110,8 +111,9 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
                            te={**op_settings.get("te", {}), "presets_dirs": [str(presets.resolve())],
                                "preset_switches": pair_switches})
         sdir = folder.sessions / op / f"tp{tp}"
-        rec = launcher.session(members, s.model, sdir, op_settings, session_id=f"{op}/tp{tp}",
-                               canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
+        spec = SessionSpec(f"{op}/tp{tp}", members, s.model, op_settings,
+                           canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
+        rec = launcher.session(spec, sdir)
         runs = load_session(sdir).points
         none, te = runs.get(f"{op}-tp{tp}-none"), runs.get(f"{op}-tp{tp}-ub.te")
         rows = []

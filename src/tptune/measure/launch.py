@@ -10,20 +10,25 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tptune import __version__
-from tptune.cases import REFERENCE_KINDS, Case
+from tptune.cases import Case
 from tptune.measure.envinfo import launch_env
 from tptune.measure.gpupool import GpuPool, count_gpus, pool_scope, visible_ids
+from tptune.measure.session_spec import SessionSpec
 from tptune.model.spec import ModelConfig
 from tptune.settings.resolve import Settings
 from tptune.records.files import take_lock, write_text_atomic
 from tptune.records.run_dir import RUN_JSON, SESSION_JSON
+from tptune.stats.host_evidence import evidence as host_evidence
+from tptune.stats.rounds import SessionState, measured_next, rotation, session_state, should_stop
 from tptune.stats.spread import slowest_rank, stats
 from tptune.measure.worker.gpu_clock import clock_over_rounds, merge_ranks
 from tptune.measure.worker.lifeline import is_busy
@@ -251,83 +256,103 @@ class Launcher:
 
     def _attempt(self, case: Case, mc: ModelConfig, out_dir: Path, settings: dict, gpus: list[str],
                  group: WorkerGroup) -> dict:
-        lc = self.lc
+        """Reach a worker group on ``gpus`` (a warm one, else start one), send it the case, await its
+        answer; the failure, classified, where there is none."""
         orphans = self._end_orphans(gpus)
         started = not group.alive()
         t0 = time.monotonic()
-        proc = None
         if started:
-            self._retire_overlapping(gpus, group)
-            group.stop()
-            proc = self._start(group)
-            deadline = t0 + lc.startup_timeout_s
-            while not group.socket.exists():
-                if proc.poll() is not None:
-                    return _failure("init", True, f"worker group exited during start-up (code "
-                                    f"{proc.returncode}): {_tail(group.log, 2000)}", gpus, started)
-                if time.monotonic() > deadline:
-                    kill_group(proc.pid)
-                    return _failure("timeout", False, f"worker start-up exceeded {lc.startup_timeout_s}s",
-                                    gpus, started)
-                time.sleep(0.05)
+            failure = self._start_group(group, gpus, t0)
+            if failure is not None:
+                return failure
         t_ready = time.monotonic()
         request = {"case": case.id, "out_dir": str(out_dir.resolve()), "model": mc.to_dict(),
                    "settings": settings}
+        answer = self._exchange(group, request, t_ready)
+        if answer.timed_out:
+            return self._unanswered(group, gpus, answer.accepted, started)
+        t_done = time.monotonic()
+        if answer.reply is None:
+            return self._died(case, group, out_dir, answer.conn_error, gpus, started)
+        return {"status": "ok", "reply": answer.reply, "gpus": gpus, "server_started": started,
+                "connect_s": t_ready - t0, "request_s": t_done - t_ready,
+                **({"ended_orphans": orphans} if orphans else {})}
+
+    def _start_group(self, group: WorkerGroup, gpus: list[str], t0: float) -> dict | None:
+        """Start a fresh group on ``gpus`` (idle ones overlapping them retired) and wait until it listens:
+        None then, else the failure (it exited, or start-up took longer than startup_timeout_s from ``t0``)."""
+        lc = self.lc
+        self._retire_overlapping(gpus, group)
+        group.stop()
+        proc = self._start(group)
+        deadline = t0 + lc.startup_timeout_s
+        while not group.socket.exists():
+            if proc.poll() is not None:
+                return _failure("init", True, f"worker group exited during start-up (code "
+                                f"{proc.returncode}): {_tail(group.log, 2000)}", gpus, True)
+            if time.monotonic() > deadline:
+                kill_group(proc.pid)
+                return _failure("timeout", False, f"worker start-up exceeded {lc.startup_timeout_s}s",
+                                gpus, True)
+            time.sleep(0.05)
+        return None
+
+    def _exchange(self, group: WorkerGroup, request: dict, t_ready: float) -> _Answer:
+        """Send ``request`` to the group and await its answer: "accepted" once the group starts the case,
+        then the result, all within case_timeout_s from ``t_ready``."""
+        timeout = self.lc.case_timeout_s
         reply, accepted = None, False
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.settimeout(lc.case_timeout_s)
+                s.settimeout(timeout)
                 s.connect(str(group.socket))
                 send_json(s, request)
                 reply = recv_json(s)
                 if reply is not None and "accepted" in reply:   # the group started our case
                     accepted = True
-                    s.settimeout(max(0.1, lc.case_timeout_s - (time.monotonic() - t_ready)))
+                    s.settimeout(max(0.1, timeout - (time.monotonic() - t_ready)))
                     reply = recv_json(s)
         except (socket.timeout, TimeoutError):
-            others = self._busy_on(gpus, but=group)
-            end_group(group)
-            if not accepted or others:
-                # not a hang of this case: it waited behind another case, or shared its GPUs with another
-                # group's: transient, measured again
-                why = ("the worker group never started it (busy with another case)" if not accepted else
-                       f"worker group(s) {', '.join('-'.join(g.gpus) for g in others)} computed on its GPUs")
-                self._end_orphans(gpus)
-                return _failure("contended", True, f"no result within case_timeout_s={lc.case_timeout_s}s: "
-                                f"{why}", gpus, started)
-            return _failure("timeout", False, f"no result within case_timeout_s={lc.case_timeout_s}s "
-                            "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
+            return _Answer(None, accepted, timed_out=True)
         except OSError as exc:
-            reply = None
-            conn_error = str(exc)
-        else:
-            conn_error = ""
-        t_done = time.monotonic()
-        if reply is None:
-            info = group.info()
-            time.sleep(1.0)  # let torch.distributed.run finish tearing the group down
-            if info:
-                kill_group(info["pgid"])
-            group.entry.unlink(missing_ok=True)
-            errors = _rank_errors(out_dir)
-            if errors:
-                # A rank that lost its peer only reports the symptom: classify by the others.
-                root = [e for e in errors if not _peer_lost(e["message"])] or errors
-                msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}"
-                                for e in root + [e for e in errors if e not in root])
-                kind, transient = classify_failure(" ".join(f"{e['message']} {e['traceback']}" for e in root))
-                if kind == "comm" and len(root) < case.tp and root is errors:
-                    kind, msg = "rank_died", f"a rank died without a report; {msg}"
-                return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
-            tail = _tail(group.log, 3000)
-            kind, transient = classify_failure(tail)
-            if kind in ("exception", "comm"):  # peers only saw the dead rank's sockets close
-                kind, transient = "rank_died", True
-            return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
-                            gpus, started)
-        return {"status": "ok", "reply": reply, "gpus": gpus, "server_started": started,
-                "connect_s": t_ready - t0, "request_s": t_done - t_ready,
-                **({"ended_orphans": orphans} if orphans else {})}
+            return _Answer(None, accepted, conn_error=str(exc))
+        return _Answer(reply, accepted)
+
+    def _unanswered(self, group: WorkerGroup, gpus: list[str], accepted: bool, started: bool) -> dict:
+        """No answer within case_timeout_s: the group goes; a hang of the case, unless it never started
+        or another group computed on its GPUs (contended: transient)."""
+        timeout = self.lc.case_timeout_s
+        others = self._busy_on(gpus, but=group)
+        end_group(group)
+        if not accepted or others:
+            # not a hang of this case: it waited behind another case, or shared its GPUs with another
+            # group's: transient, measured again
+            why = ("the worker group never started it (busy with another case)" if not accepted else
+                   f"worker group(s) {', '.join('-'.join(g.gpus) for g in others)} computed on its GPUs")
+            self._end_orphans(gpus)
+            return _failure("contended", True, f"no result within case_timeout_s={timeout}s: "
+                            f"{why}", gpus, started)
+        return _failure("timeout", False, f"no result within case_timeout_s={timeout}s "
+                        "(hang: e.g. a userbuffers wait or a stuck collective)", gpus, started)
+
+    def _died(self, case: Case, group: WorkerGroup, out_dir: Path, conn_error: str, gpus: list[str],
+              started: bool) -> dict:
+        """The group closed the connection without a result: a rank failed (its error report says how)
+        or died. The group is torn down."""
+        info = group.info()
+        time.sleep(1.0)  # let torch.distributed.run finish tearing the group down
+        if info:
+            kill_group(info["pgid"])
+        group.entry.unlink(missing_ok=True)
+        errors = _rank_errors(out_dir)
+        if errors:
+            return _reported_failure(case, errors, gpus, started)
+        tail = _tail(group.log, 3000)
+        kind, transient = classify_failure(tail)
+        if kind in ("exception", "comm"):  # peers only saw the dead rank's sockets close
+            kind, transient = "rank_died", True
+        return _failure(kind, transient, f"worker group died without a report {conn_error}: {tail}",
+                        gpus, started)
 
     def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
         return {"backend": self.backend, "timing": op_settings["timing"],
@@ -352,124 +377,131 @@ class Launcher:
                 return res
         return res
 
-    def session(self, members: list[Case], mc: ModelConfig, session_dir: Path, op_settings: dict, *,
-                session_id: str, contenders: list[str] | None = None, canary: Case | None = None,
-                margin: float = 0.01, faults: dict | None = None, member_dirs: dict | None = None,
-                evidence: bool = True, always: list[str] | None = None, tie_margin: float | None = None,
-                record: dict | None = None) -> dict:
-        """Measure ``members`` side by side on one warm worker group, in alternating rounds (search.rounds),
-        adding rounds until every contender clears the margin against the leader, the round budget is
-        spent, or (timing.futility) the budget could not clear what is left (search.rounds). Writes
-        <session_dir>/<variant>/run.json per member (Case.dir_name) and session.json, which maps each
-        member to its run.json (``runs``); returns the latter.
-        ``evidence``: record each member's profiler traces and numerics check in its first round (the
-        TP point's finalists need them; a search step's points do not). ``always``: members measured
-        in every round (with the references, no overlap and the bound), e.g. the layer stage's tuned
-        block, which every other block is compared to. ``tie_margin``: a resolved tie's margin where it
-        differs from ``margin`` (a search step: rounds.Ratio.outcome). ``record``: the measurement settings
-        the session was measured with (search.measurement), kept in session.json as ``settings``."""
-        from tptune.stats.rounds import measured_next, rotation, session_state, should_stop
-
-        faults = faults or {}
-        member_dirs = member_dirs or {}
-        dir_of = {c.id: Path(member_dirs.get(c.id, session_dir / c.dir_name)) for c in members}
-        timing = op_settings["timing"]
-        min_r, max_r = int(timing.get("min_rounds", 3)), int(timing.get("max_rounds", 8))
-        budget = max_r if timing.get("futility", True) else None   # rounds.could_clear
-        tps = {c.tp for c in members} | ({canary.tp} if canary else set())
-        if len(tps) != 1:
-            raise ValueError(f"session {session_id}: members need one TP, got {sorted(tps)}")
-        tp = tps.pop()
-        ids = [c.id for c in members]
-        references = {c.id for c in members if c.variant.kind in REFERENCE_KINDS}
-        contenders = [c for c in (contenders if contenders is not None else ids) if c in ids]
+    # -- a session --------------------------------------------------------------------------------
+    def session(self, spec: SessionSpec, session_dir: Path, member_dirs: dict | None = None) -> dict:
+        """Measure ``spec``'s members side by side on one warm worker group, in alternating rounds
+        (search.rounds) until its stopping rule says so (SessionSpec). Writes <session_dir>/<variant>/run.json
+        per member (Case.dir_name; ``member_dirs``: case id -> its folder instead) and session.json, which
+        maps each member to its run.json (``runs``); returns the latter."""
+        tp = spec.tp
+        dir_of = {c.id: Path((member_dirs or {}).get(c.id, session_dir / c.dir_name)) for c in spec.members}
         session_dir.mkdir(parents=True, exist_ok=True)
-        rounds: dict[str, list] = {c.id: [] for c in members}
-        attempts: dict[str, list] = {c.id: [] for c in members}
-        failed: dict[str, dict] = {}
-        order_log, canary_rec, stop_reason = [], None, ""
-        state = session_state({}, contenders, margin, tie_margin=tie_margin)
-        active = list(members)
+        measured = _Measured.of(spec.members)
         t_start, wall0 = time.time(), time.monotonic()
-        need = tp if self.device == "cuda" else min(tp, len(self.pool.ids))
-        with _session_lock(session_dir) as waited_s, self.pool.acquire(need, prefer=self._warm_sets(tp, need)) as gpus:
+        with self._held(session_dir, tp) as (gpus, held_rec):
             t_locked = time.monotonic()
-            held_rec = {"device": self.device, "ids": list(gpus), "pool": str(self.pool.lock_dir),
-                        "ranks": tp, "session_lock": str(session_dir / SESSION_LOCK), "waited_for_session_s": waited_s,
-                        "pid": os.getpid(), "from": time.time()}
-            if canary is not None:
-                canary_rec = self._side_batch(canary, mc, session_dir / "canary", op_settings, faults, gpus,
-                                              attempts.setdefault("_canary", []))
-            lead_rec = None
-            if timing.get("lead_in", False) and members:
-                # One untimed round of the first member before round 0 (off by default): round 0's first
-                # member reads off against its later rounds (x2: -0.5%, 401 pairs in results/), but on
-                # one H100 this lead-in made that worse, -5.9% [-7.8, -4.0] against +1.6% [+0.3, +3.0]
-                # without it (12 sessions each, results/lead-in-h100): the card's transient outlasts one
-                # member. benchmarks/lead_in.py measures it on a node.
-                lead_rec = self._side_batch(members[0], mc, session_dir / "lead_in", op_settings, faults, gpus,
-                                            attempts.setdefault("_lead_in", []))
-            r = 0
-            points: dict[str, dict] = {}   # each member's point over its rounds so far
-            while active:
-                order = rotation(active, r)
-                order_log.append([c.id for c in order])
-                for case in order:
-                    first = not rounds[case.id]
-                    settings = self._settings_for(case, op_settings, faults, profile=first and evidence,
-                                                  check=first and evidence)
-                    res = self._measure_once(case, mc, dir_of[case.id], settings, gpus, attempts[case.id])
-                    if res["status"] == "ok":
-                        rounds[case.id].append((r, res))
-                    else:
-                        failed[case.id] = res
-                # only the members this round measured have new rounds: the others' points stand
-                points.update({c.id: _round_point(c.id, session_id, rounds[c.id]) for c in order
-                               if rounds[c.id] and rounds[c.id][-1][0] == r})
-                r += 1
-                active = [c for c in active if c.id not in failed]
-                state = session_state(points, contenders, margin, leader_among=[c.id for c in active],
-                                      tie_margin=tie_margin, budget=budget)
-                stop, stop_reason = should_stop(state, r, min_r, max_r)
-                if stop:
-                    break
-                if r >= min_r:
-                    keep = set(measured_next(state, [c.id for c in active], references, always or ()))
-                    active = [c for c in active if c.id in keep]
+            canary_rec, lead_rec = self._side_batches(spec, session_dir, gpus, measured.attempts)
+            state, stop_reason = self._rounds(spec, dir_of, gpus, measured)
             held = time.monotonic() - t_locked
             held_rec["until"] = time.time()
         if not stop_reason:
             stop_reason = "no member left to measure"
-        run_paths = {}
-        side_attempts = attempts.pop("_canary", []) + attempts.pop("_lead_in", [])
-        for case in members:
-            run = assemble_member_run(case, mc, {"backend": self.backend, "device": self.device},
-                                      self._settings_for(case, op_settings, faults, True, True),
-                                      rounds[case.id], failed.get(case.id), attempts[case.id], session_id)
-            run["held"] = held_rec
-            write_run_json(dir_of[case.id], run)
-            run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
-        rec = {"session": session_id, **({"settings": record} if record is not None else {}),
-               "tp": tp, "members": ids, "contenders": contenders, "runs": run_paths,
-               "order": order_log, "rounds": len(order_log), "min_rounds": min_r, "max_rounds": max_r,
-               "margin": margin, **({"tie_margin": tie_margin} if tie_margin is not None else {}),
+        side_attempts = measured.attempts.pop("_canary", []) + measured.attempts.pop("_lead_in", [])
+        run_paths = self._write_member_runs(spec, session_dir, dir_of, measured, held_rec)
+        min_r, max_r, budget = spec.round_bounds
+        rec = {"session": spec.session_id, **({"settings": spec.record} if spec.record is not None else {}),
+               "tp": tp, "members": spec.ids, "contenders": spec.contender_ids, "runs": run_paths,
+               "order": measured.order, "rounds": len(measured.order), "min_rounds": min_r, "max_rounds": max_r,
+               "margin": spec.margin, **({"tie_margin": spec.tie_margin} if spec.tie_margin is not None else {}),
                "futility": budget is not None, "stop": stop_reason, "leader": state.leader,
                "futile": state.futile,
                "ratios_to_leader": {c: (x.to_dict() if x else None) for c, x in state.ratios.items()},
-               "failed": sorted(failed), "held": held_rec, "canary": canary_rec, "lead_in": lead_rec, "started": t_start,
-               "wall_s": time.monotonic() - wall0, "held_s": held,
+               "failed": sorted(measured.failed), "held": held_rec, "canary": canary_rec, "lead_in": lead_rec,
+               "started": t_start, "wall_s": time.monotonic() - wall0, "held_s": held,
                "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
-                                                        [*attempts.values(), side_attempts] for a in a_list)}
+                                                        [*measured.attempts.values(), side_attempts] for a in a_list)}
         write_text_atomic(session_dir / SESSION_JSON, json.dumps(rec, indent=1))
         return rec
 
-    def _side_batch(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict, faults: dict,
-                    gpus: list[str], attempts: list) -> dict:
+    @contextmanager
+    def _held(self, session_dir: Path, tp: int):
+        """The session's lock, then the ids of its worker group (warm ones preferred); yields them and the
+        record of what was held (session.json and every member's run.json keep it)."""
+        need = tp if self.device == "cuda" else min(tp, len(self.pool.ids))
+        with _session_lock(session_dir) as waited_s, self.pool.acquire(need, prefer=self._warm_sets(tp, need)) as gpus:
+            yield gpus, {"device": self.device, "ids": list(gpus), "pool": str(self.pool.lock_dir),
+                         "ranks": tp, "session_lock": str(session_dir / SESSION_LOCK),
+                         "waited_for_session_s": waited_s, "pid": os.getpid(), "from": time.time()}
+
+    def _side_batches(self, spec: SessionSpec, session_dir: Path, gpus: list[str],
+                      attempts: dict[str, list]) -> tuple[dict | None, dict | None]:
+        """The drift canary's batch and the lead-in's, before round 0: (canary, lead-in) records, None where off."""
+        canary_rec = lead_rec = None
+        if spec.canary is not None:
+            canary_rec = self._side_batch(spec.canary, spec, session_dir / "canary", gpus,
+                                          attempts.setdefault("_canary", []))
+        if spec.timing.get("lead_in", False) and spec.members:
+            # One untimed round of the first member before round 0 (off by default): round 0's first
+            # member reads off against its later rounds (x2: -0.5%, 401 pairs in results/), but on
+            # one H100 this lead-in made that worse, -5.9% [-7.8, -4.0] against +1.6% [+0.3, +3.0]
+            # without it (12 sessions each, results/lead-in-h100): the card's transient outlasts one
+            # member. benchmarks/lead_in.py measures it on a node.
+            lead_rec = self._side_batch(spec.members[0], spec, session_dir / "lead_in", gpus,
+                                        attempts.setdefault("_lead_in", []))
+        return canary_rec, lead_rec
+
+    def _rounds(self, spec: SessionSpec, dir_of: dict[str, Path], gpus: list[str],
+                measured: _Measured) -> tuple[SessionState, str]:
+        """Rounds of the active members in rotation until the stopping rule says so; after min_rounds
+        only those with something left to say are measured (rounds.measured_next). Returns the last
+        state and why it stopped ("" when no member was left)."""
+        min_r, max_r, budget = spec.round_bounds
+        contenders = spec.contender_ids
+        state = session_state({}, contenders, spec.margin, tie_margin=spec.tie_margin)
+        active, r, stop_reason = list(spec.members), 0, ""
+        points: dict[str, dict] = {}   # each member's point over its rounds so far
+        while active:
+            order = rotation(active, r)
+            self._round(spec, order, r, dir_of, gpus, measured)
+            # only the members this round measured have new rounds: the others' points stand
+            points.update({c.id: _round_point(c.id, spec.session_id, measured.rounds[c.id]) for c in order
+                           if measured.rounds[c.id] and measured.rounds[c.id][-1][0] == r})
+            r += 1
+            active = [c for c in active if c.id not in measured.failed]
+            state = session_state(points, contenders, spec.margin, leader_among=[c.id for c in active],
+                                  tie_margin=spec.tie_margin, budget=budget)
+            stop, stop_reason = should_stop(state, r, min_r, max_r)
+            if stop:
+                break
+            if r >= min_r:
+                keep = set(measured_next(state, [c.id for c in active], spec.references, spec.always or ()))
+                active = [c for c in active if c.id in keep]
+        return state, stop_reason
+
+    def _round(self, spec: SessionSpec, order: list[Case], r: int, dir_of: dict[str, Path], gpus: list[str],
+               measured: _Measured) -> None:
+        """Round ``r``: each member of ``order`` once; a member's first round carries the evidence."""
+        measured.order.append([c.id for c in order])
+        for case in order:
+            first = not measured.rounds[case.id]
+            settings = self._settings_for(case, spec.op_settings, spec.faults, profile=first and spec.evidence,
+                                          check=first and spec.evidence)
+            res = self._measure_once(case, spec.model, dir_of[case.id], settings, gpus, measured.attempts[case.id])
+            if res["status"] == "ok":
+                measured.rounds[case.id].append((r, res))
+            else:
+                measured.failed[case.id] = res
+
+    def _write_member_runs(self, spec: SessionSpec, session_dir: Path, dir_of: dict[str, Path],
+                           measured: _Measured, held_rec: dict) -> dict[str, str]:
+        """Every member's run.json; returns where each is, relative to the session's folder."""
+        run_paths = {}
+        for case in spec.members:
+            run = assemble_member_run(case, spec.model, {"backend": self.backend, "device": self.device},
+                                      self._settings_for(case, spec.op_settings, spec.faults, True, True),
+                                      measured.rounds[case.id], measured.failed.get(case.id),
+                                      measured.attempts[case.id], spec.session_id)
+            run["held"] = held_rec
+            write_run_json(dir_of[case.id], run)
+            run_paths[case.id] = os.path.relpath(dir_of[case.id] / RUN_JSON, session_dir)
+        return run_paths
+
+    def _side_batch(self, case: Case, spec: SessionSpec, out_dir: Path, gpus: list[str], attempts: list) -> dict:
         """One batch outside the session's rounds: the drift canary (a fixed reference re-measured at every
         session's start) or the lead-in (the first member, once, before round 0)."""
-        settings = self._settings_for(case, op_settings, faults, profile=False, check=False)
+        settings = self._settings_for(case, spec.op_settings, spec.faults, profile=False, check=False)
         t = time.time()
-        res = self._measure_once(case, mc, out_dir, settings, gpus, attempts)
+        res = self._measure_once(case, spec.model, out_dir, settings, gpus, attempts)
         if res["status"] != "ok":
             return {"case": case.id, "t": t, "ms": None, "error": res["error"]["message"][:300]}
         p = _round_point(case.id, None, [(0, res)])
@@ -479,10 +511,45 @@ class Launcher:
     def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
         """Measure one case alone (rounds as configured, nothing beside it); writes and returns run.json."""
         faults = {case.id: op_settings.get("fault")} if op_settings.get("fault") else {}
-        self.session([case], mc, out_dir, op_settings, session_id=f"single:{case.id}", faults=faults,
+        self.session(SessionSpec(f"single:{case.id}", [case], mc, op_settings, faults=faults), out_dir,
                      member_dirs={case.id: out_dir})
         return read_run_json(out_dir)
 
+
+@dataclass
+class _Answer:
+    """A worker group's answer to one request."""
+    reply: dict | None     # None: none came (timed out, or the group closed the connection)
+    accepted: bool         # the group said it started the case
+    timed_out: bool = False
+    conn_error: str = ""   # why the connection failed, where it did
+
+
+@dataclass
+class _Measured:
+    """What a session's rounds measured so far: each member's ok rounds [(round, attempt result)], its
+    attempts (and the canary's and lead-in's, under "_canary" and "_lead_in"), the failure that ended
+    it, and each round's order."""
+    rounds: dict[str, list]
+    attempts: dict[str, list]
+    failed: dict[str, dict] = field(default_factory=dict)
+    order: list[list[str]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, members) -> _Measured:
+        return cls({c.id: [] for c in members}, {c.id: [] for c in members})
+
+
+def _reported_failure(case: Case, errors: list[dict], gpus: list[str], started: bool) -> dict:
+    """A failure from the ranks' error reports. A rank that lost its peer only reports the symptom:
+    classify by the others."""
+    root = [e for e in errors if not _peer_lost(e["message"])] or errors
+    msg = "; ".join(f"rank {e['rank']}: {e['type']}: {e['message']}"
+                    for e in root + [e for e in errors if e not in root])
+    kind, transient = classify_failure(" ".join(f"{e['message']} {e['traceback']}" for e in root))
+    if kind == "comm" and len(root) < case.tp and root is errors:
+        kind, msg = "rank_died", f"a rank died without a report; {msg}"
+    return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
 
 SESSION_LOCK = ".measuring.lock"
 
@@ -514,10 +581,6 @@ def _session_lock(session_dir: Path, timeout: float = 24 * 3600):
 
 def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
     """A point (search.points layout) from a member's rounds [(round id, ok attempt result)]."""
-    import statistics
-
-    from tptune.stats.host_evidence import evidence as host_evidence
-
     per_round, all_it, host, ahead, batches = [], {"fwd_ms": [], "bwd_ms": [], "total_ms": []}, [], [], []
     counts = []   # timed iterations per round: a GPU-bound op's window sets them from each round's probe
     for rid, res in rounds:
@@ -562,8 +625,6 @@ def shape_rounds(rounds: list) -> list[dict]:
     """Per shape of an op measured at several (worker.harness.run_case): its share, and per round the
     median over iterations of the slowest rank's time, as timing[...]["rounds"] is for the mix. [] for an
     op of one shape."""
-    import statistics
-
     out: list[dict] = []
     for rid, res in rounds:
         ranks = sorted(res["reply"]["ranks"], key=lambda x: x["rank"])

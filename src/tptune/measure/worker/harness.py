@@ -1,4 +1,5 @@
-"""Runs one case on every rank: build, warm up, time one batch, optionally profile and check.
+"""Runs one case on every rank: build, warm up, time one batch, optionally profile and check, close:
+the life of a bench (worker.bench), the same on every backend.
 
 The client (launch.Session) asks for one case at a time and alternates the members of a session
 round after round; each request builds the case afresh (userbuffers included), so the spread
@@ -17,36 +18,46 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from tptune.cases import Case
+from tptune.measure.worker import te_backend, torch_backend
+from tptune.measure.worker.bench import Bench
+from tptune.measure.worker.context import RankContext
+from tptune.measure.worker.te_block import TeBlockBench
+from tptune.measure.worker.timing import PREROLL_MS, WINDOW_MS, timed_batch
+from tptune.measure.worker.torch_block import TorchBlockBench
 from tptune.model.ops import LAYER, op_mix, primary_shape
 from tptune.model.spec import ModelConfig
-from tptune.measure.worker.context import RankContext
-from tptune.measure.worker.timing import PREROLL_MS, WINDOW_MS, timed_batch
+
+# Each backend's op module (its build(case, mc, ctx, settings) builds one op's bench) and block bench.
+# The block modules build on their backend's op module, never the other way round.
+_BACKENDS = {"torch": torch_backend, "te": te_backend}
+_BLOCKS = {"torch": TorchBlockBench, "te": TeBlockBench}
 
 
 def load_backend(name: str):
-    if name == "torch":
-        from tptune.measure.worker import torch_backend
-        return torch_backend
-    if name == "te":
-        from tptune.measure.worker import te_backend
-        return te_backend
-    raise ValueError(f"unknown backend {name!r}: expected torch or te")
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown backend {name!r}: expected torch or te")
+    return _BACKENDS[name]
 
 
-def build_bench(name: str, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict):
-    """The bench of one case on backend ``name``: a whole block for the layer stage, else one op. The
-    block modules build on their backend's op module, never the other way round."""
+def build_bench(name: str, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict) -> Bench:
+    """The bench of one case on backend ``name``: a whole block for the layer stage, else one op."""
     backend = load_backend(name)
     if case.op != LAYER:
         return backend.build(case, mc, ctx, settings)
-    if name == "torch":
-        from tptune.measure.worker.torch_block import TorchBlockBench
-        return TorchBlockBench(case, mc, ctx, settings)
-    from tptune.measure.worker.te_block import TeBlockBench
-    return TeBlockBench(case, mc, ctx, settings)
+    return _BLOCKS[name](case, mc, ctx, settings)
 
 
-def _profile(bench, ctx: RankContext, steps: int, out_dir: Path) -> str:
+def _warm_up(bench: Bench, ctx: RankContext, iters: int) -> None:
+    """``iters`` untimed fwd+bwd, then every rank waits for the others before the timed batch."""
+    for _ in range(iters):
+        bench.forward()
+        bench.backward()
+        bench.zero_grad()
+    ctx.sync()
+    dist.barrier(group=ctx.cpu_group)
+
+
+def _profile(bench: Bench, ctx: RankContext, steps: int, out_dir: Path) -> str:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.is_cuda else [])
     raw = out_dir / f"trace.rank{ctx.rank}.json"
     with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps),
@@ -119,12 +130,7 @@ def _run_shape(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, ou
     bench = build_bench(settings["backend"], case, mc, ctx, settings)
     try:
         t_init = time.perf_counter() - t0
-        for _ in range(timing["warmup"]):
-            bench.forward()
-            bench.backward()
-            bench.zero_grad()
-        ctx.sync()
-        dist.barrier(group=ctx.cpu_group)
+        _warm_up(bench, ctx, timing["warmup"])
         batch = timed_batch(bench, ctx, timing["iters"], timing.get("mode", "gpu"),
                             preroll_ms=timing.get("preroll_ms", PREROLL_MS),
                             window_ms=timing.get("window_ms", WINDOW_MS), warmed=timing["warmup"])
@@ -132,9 +138,7 @@ def _run_shape(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, ou
         trace = None
         if settings.get("profile") and timing.get("profile_steps"):
             trace = _profile(bench, ctx, timing["profile_steps"], out_dir)
-        check = None
-        if settings.get("check") and hasattr(bench, "correctness"):
-            check = bench.correctness()
+        check = bench.correctness() if settings.get("check") else None
         result = {"rank": ctx.rank, "samples": batch.pop("samples"), "batch": batch, "trace": trace,
                   "correctness": check, "init_s": t_init, "measure_s": t_measure,
                   "total_s": time.perf_counter() - t0, "pid": os.getpid()}

@@ -26,8 +26,9 @@ local [s/tp, b, hidden] input and return [s, b, out/tp]; row ops take [s, b, in/
 
 The warm worker server runs many cases in one process: Megatron's model-parallel state is set up
 once per process; the userbuffers communicators (and the bootstrap process group initialize_ub
-creates) are built per case and torn down in close(). TE and Megatron are imported inside build(),
-so this module imports on machines without them. settings["te"]["bootstrap_backend"] (optional:
+creates) are built per case and torn down in close(). TE and Megatron are imported when a bench is
+built (te_common.import_te), so this module imports on machines without them. What the op and block
+benches share is in te_common. settings["te"]["bootstrap_backend"] (optional:
 gloo | nccl | mpi) is passed to initialize_ub; unset, TE picks (mpi if available, else gloo).
 
 FP8 (workload dtype fp8; read from NVIDIA/TransformerEngine@d0067d0da6cb01811b8072a7d304f0e00344ce2b,
@@ -54,7 +55,6 @@ FP8 (workload dtype fp8; read from NVIDIA/TransformerEngine@d0067d0da6cb01811b80
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 
 import torch
@@ -62,134 +62,15 @@ import torch.distributed as dist
 from torch.profiler import record_function
 
 from tptune.cases import Case
-from tptune.model.spec import ModelConfig
-from tptune.model.ops import parallel_kind, weight_shape
+from tptune.measure.worker import numerics
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
+from tptune.measure.worker.te_common import LAYERNORM_EPS, TeBench, bench_ub_cfgs, prime_reference
+from tptune.model.ops import parallel_kind, weight_shape
+from tptune.model.spec import ModelConfig
+from tptune.te.fp8 import UB_RECIPES
+from tptune.te.megatron_flags import op_switches
 
 KINDS = ("none", "nocomm", "ub")
-# FP8 delayed scaling: fwd+bwd passes the no-overlap reference runs before it is compared. A reference
-# given the layer's scaling state through load_state_dict (TE's pickled _extra_state) still quantized
-# differently on x2: every overlapped setting of an op, presets included, differed from it by the same
-# error, with weight gradients exactly equal (the weight's FP8 scale differed). So the reference builds
-# its own state instead: the layer ran its warm-up and timed iterations on the same input, and two
-# passes give the reference the same amax history maxima (the first pass at the initial scale, the
-# second at the calibrated one); with TE's "max" over the history both then quantize alike.
-REF_PRIME_ITERS = 2
-
-
-def prime_reference(mc: ModelConfig, run_ref, x: torch.Tensor, grad_out: torch.Tensor, params) -> None:
-    """Delayed scaling: REF_PRIME_ITERS fwd+bwd of the reference (``run_ref(x)``) on the same input,
-    then its gradients cleared; nothing for stateless recipes."""
-    if not (mc.workload.is_fp8 and mc.workload.recipe == "delayed"):
-        return
-    for _ in range(REF_PRIME_ITERS):
-        run_ref(x.detach().clone().requires_grad_(True)).backward(grad_out)
-    for p in params:
-        p.grad = None
-
-
-AMAX_REDUCE_MARK = "tptune.fp8.amax_reduce"
-# make_recipe: DelayedScaling's history (TE's default; NeMo's bf16_with_fp8_mixed uses the same).
-AMAX_HISTORY_LEN, AMAX_COMPUTE_ALGO = 1024, "max"
-LAYERNORM_EPS = 1e-5
-REQUIRE_CUDA = True   # tests switch this off to drive the code with stand-in TE/Megatron modules on CPU
-_INSTALL_HINT = "the te backend needs transformer_engine (>= 2.0) and megatron-core (pip install '.[gpu]')"
-
-
-def _import_te():
-    try:
-        import transformer_engine.pytorch as te  # noqa: F401
-        from megatron.core import parallel_state
-        from megatron.core.extensions import transformer_engine as mcore_te
-        from megatron.core.transformer.transformer_config import TransformerConfig
-        from transformer_engine.pytorch.module import base as te_base
-    except ImportError as exc:
-        raise ImportError(f"{_INSTALL_HINT}: {exc}") from exc
-    return te, te_base, parallel_state, mcore_te, TransformerConfig
-
-
-def _import_recipe():
-    try:
-        from transformer_engine.common import recipe as te_recipe
-    except ImportError as exc:
-        raise ImportError(f"{_INSTALL_HINT}: {exc}") from exc
-    return te_recipe
-
-
-def make_recipe(workload, te_recipe=None):
-    """The TE recipe object of an FP8 workload (None for other dtypes)."""
-    if workload.dtype != "fp8":
-        return None
-    from tptune.model.spec import FP8_RECIPES
-
-    r = te_recipe or _import_recipe()
-    fmt = r.Format.E4M3 if workload.fp8_format == "e4m3" else r.Format.HYBRID
-    cls = getattr(r, FP8_RECIPES[workload.recipe][0], None)
-    if cls is None:
-        raise ValueError(f"FP8 recipe {workload.recipe!r}: this Transformer Engine has no "
-                         f"{FP8_RECIPES[workload.recipe][0]} (TE 2.20 has all of {', '.join(FP8_RECIPES)})")
-    if workload.recipe == "delayed":
-        return cls(fp8_format=fmt, amax_history_len=AMAX_HISTORY_LEN, amax_compute_algo=AMAX_COMPUTE_ALGO)
-    if workload.recipe == "nvfp4":
-        return cls()
-    return cls(fp8_format=fmt)
-
-
-def fp8_autocast(te, recipe, group):
-    """TE's FP8 context: te.autocast (TE >= 2.8's name) or the deprecated te.fp8_autocast."""
-    if hasattr(te, "autocast"):
-        return te.autocast(enabled=True, recipe=recipe, amax_reduction_group=group)
-    return te.fp8_autocast(enabled=True, fp8_recipe=recipe, fp8_group=group)
-
-
-def ub_quantization_kwargs(te_base, fp8: bool) -> dict:
-    """initialize_ub's quantization argument: [UserBufferQuantizationMode.FP8 or .NONE] (TE 2.20),
-    or the deprecated use_fp8 on a TE without the enum."""
-    mode = getattr(te_base, "UserBufferQuantizationMode", None)
-    if mode is not None:
-        return {"quantization_modes": [mode.FP8 if fp8 else mode.NONE]}
-    return {"use_fp8": fp8}
-
-
-def device_problem(case: Case, mc: ModelConfig, ctx: RankContext) -> str | None:
-    """The recipe against this rank's GPU (compute capability from torch.cuda)."""
-    w = mc.workload
-    if w.dtype != "fp8" or not ctx.is_cuda:
-        return None
-    from tptune.model.spec import recipe_device_problem
-
-    cc = tuple(torch.cuda.get_device_capability(ctx.device))
-    why = recipe_device_problem(w.recipe, capability=cc, gpu=torch.cuda.get_device_name(ctx.device))
-    return f"{case.id}: {why}" if why else None
-
-
-_AMAX_MARKED = False
-
-
-def mark_amax_reduction() -> None:
-    """Run TE's amax all-reduce inside record_function(AMAX_REDUCE_MARK) (once per process; a TE
-    without FP8GlobalStateManager.reduce_tensor_across_group_op_max is left alone)."""
-    global _AMAX_MARKED
-    if _AMAX_MARKED:
-        return
-    mgr = None
-    for mod in ("transformer_engine.pytorch.quantization", "transformer_engine.pytorch.fp8"):
-        try:
-            mgr = getattr(__import__(mod, fromlist=["FP8GlobalStateManager"]), "FP8GlobalStateManager", None)
-        except ImportError:
-            continue
-        if mgr is not None:
-            break
-    orig = getattr(mgr, "reduce_tensor_across_group_op_max", None) if mgr is not None else None
-    if orig is None:
-        return
-
-    def reduce_marked(tensor, group):
-        with record_function(AMAX_REDUCE_MARK):
-            return orig(tensor, group)
-
-    mgr.reduce_tensor_across_group_op_max = staticmethod(reduce_marked)
-    _AMAX_MARKED = True
 
 
 def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> None:
@@ -216,37 +97,10 @@ def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> No
         if w.dtype not in ("bf16", "fp16", "fp8"):
             raise ValueError(f"{case.id}: userbuffers overlap runs bf16, fp16 or fp8, got dtype={w.dtype}")
         if w.dtype == "fp8":
-            from tptune.te.fp8 import UB_RECIPES
             if w.recipe not in UB_RECIPES:
                 raise ValueError(f"{case.id}: recipe {w.recipe!r} cannot use userbuffers (TE's "
                                  "fill_userbuffers_buffer_for_all_gather: delayed, current and mxfp8 only); "
                                  "run none/nocomm")
-
-
-def _load_yaml(path: str) -> dict:
-    import yaml
-
-    with open(path) as fh:
-        return yaml.safe_load(fh)
-
-
-def _ub_cfgs(case: Case, presets_dirs=None, mc: ModelConfig | None = None) -> dict:
-    from tptune.te.ubcfg import case_ub_cfgs  # raises ValueError naming the bad GEMM/knob
-    return case_ub_cfgs(case, presets_dirs, workload=mc.workload.ub_rules if mc is not None else "bf16")
-
-
-def check_ub_cfgs(cfgs: dict, case: Case, mc: ModelConfig, te_settings: dict) -> None:
-    """The FP8 knobs of a case's ub_cfgs (search.fp8): before anything touches the GPU."""
-    from tptune.te import fp8
-
-    w = mc.workload
-    try:
-        if w.dtype == "fp8":
-            fp8.validate_fp8_ub_cfgs(cfgs, recipe=w.recipe, allow_atomic=bool(te_settings.get("allow_atomic_gemm")))
-        else:
-            fp8.check_no_fp8_knobs(cfgs, w.dtype)
-    except ValueError as exc:
-        raise ValueError(f"{case.id}: {exc}") from None
 
 
 def finite_result(test: dict, ctx: RankContext, checked: str) -> dict:
@@ -255,42 +109,6 @@ def finite_result(test: dict, ctx: RankContext, checked: str) -> dict:
     flag = torch.tensor([0.0 if finite else 1.0], device=ctx.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ctx.group)
     return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": checked, "tensors": sorted(test)}
-
-
-def start_ub(bench) -> None:
-    """initialize_ub for a bench (an op's layer or a block: te_settings, te_base, mc, tp, dtype, ub_cfgs,
-    fp8), recording the bootstrap process groups it creates so release_ub can destroy them."""
-    base = bench.te_base
-    if base.is_ub_initialized():  # left over from a case that failed before close()
-        base.destroy_ub()
-    w, h = bench.mc.workload, bench.mc.model.hidden_size
-    kwargs = {"shape": [w.seq_length * w.micro_batch_size, h], "tp_size": bench.tp, "dtype": bench.dtype,
-              "ub_cfgs": bench.ub_cfgs}
-    kwargs.update(ub_quantization_kwargs(base, bench.fp8))   # [FP8] or [NONE] (= use_fp8, undeprecated)
-    if bench.te_settings.get("bootstrap_backend"):
-        kwargs["bootstrap_backend"] = bench.te_settings["bootstrap_backend"]
-    before = set(_pg_map())
-    try:
-        base.initialize_ub(**kwargs)
-        bench._ub_live = True
-    finally:
-        bench._ub_groups = [pg for pg in _pg_map() if pg not in before]
-
-
-def release_ub(te_base, ctx: RankContext, live: bool, groups: list, collective: bool) -> None:
-    """destroy_ub once every rank is done with the IPC-shared buffers, then the bootstrap groups."""
-    if live:
-        if collective:
-            ctx.sync()
-            dist.barrier(group=ctx.cpu_group)
-        te_base.destroy_ub()
-    gc.collect()
-    if collective:
-        for pg in groups:  # initialize_ub's bootstrap group: one more per case otherwise
-            try:
-                dist.destroy_process_group(pg)
-            except Exception:  # noqa: BLE001 - a leaked group only costs a few sockets
-                pass
 
 
 class _LocalWork:
@@ -348,33 +166,12 @@ class LocalCollectives:
             dist.all_gather_into_tensor, dist.reduce_scatter_tensor = saved
 
 
-class _TeBench:
-    """What the op and block benches share: the FP8 recipe's context, backward of the last forward,
-    gradients cleared."""
-
-    def _autocast(self):
-        """The FP8 recipe's context (a no-op context for other dtypes)."""
-        if not self.fp8:
-            return contextlib.nullcontext()
-        return fp8_autocast(self.te, self.recipe, self.ctx.group)
-
-    def backward(self):
-        self.out.backward(self.grad_out)
-        self.out = None
-
-    def zero_grad(self):
-        self.x.grad = None
-        for p in self._grad_params():
-            p.grad = None
-
-
-class TeOpBench(_TeBench):
+class TeOpBench(TeBench):
     """One op's Megatron-core TE layer on one rank (the bench interface of worker.harness)."""
 
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
         check_case(case, mc, ctx.world_size)
-        if REQUIRE_CUDA and not ctx.is_cuda:
-            raise ValueError(f"{case.id}: the te backend needs CUDA GPUs (use backend: torch on CPU)")
+        self._require_cuda(case, ctx)
         self.case, self.mc, self.ctx = case, mc, ctx
         self.kind = case.variant.kind
         self.te_settings = dict(settings.get("te") or {})
@@ -386,19 +183,8 @@ class TeOpBench(_TeBench):
         self.k_in, self.n_out = tuple(settings.get("shape") or weight_shape(case.op, mc))
         self.ub_cfgs = None
         if self.kind == "ub":  # validate before touching the GPU
-            # ub_cfgs_file: a user's --tp-comm-overlap-cfg YAML, passed to initialize_ub unchanged
-            path = self.te_settings.get("ub_cfgs_file")
-            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"), mc)
-            check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)
-        why = device_problem(case, mc, ctx)
-        if why:
-            raise ValueError(why)
-        self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
-        self.recipe = make_recipe(mc.workload) if self.fp8 else None
-        if self.fp8:
-            mark_amax_reduction()
-        self._ub_groups: list = []
-        self._ub_live = False
+            self.ub_cfgs = bench_ub_cfgs(case, mc, self.te_settings)
+        self._load_te(case, mc, ctx)
         self.layer = None
         self.local = LocalCollectives(self.rank, self.tp) if self.kind == "nocomm" else None
         self.out = None
@@ -429,7 +215,6 @@ class TeOpBench(_TeBench):
         dtype = dtype or self.dtype
         switches = {"tp_comm_overlap": False}
         if overlap:  # as Megatron would build this op's layer from the emitted switches
-            from tptune.te.megatron_flags import op_switches
             switches = op_switches(self.case.op, self.ub_cfgs)
         return self.TransformerConfig(
             num_layers=1, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
@@ -452,9 +237,6 @@ class TeOpBench(_TeBench):
         return self.mcore_te.TERowParallelLinear(
             self.k_in, self.n_out, config=cfg, init_method=cfg.output_layer_init_method, bias=False,
             input_is_parallel=True, skip_bias_add=True, is_expert=False, tp_comm_buffer_name=self.case.op)
-
-    def _init_ub(self) -> None:
-        start_ub(self)
 
     def _params(self, layer=None) -> dict[str, torch.nn.Parameter]:
         """The weights of ``layer`` (default: the measured one) by name."""
@@ -508,7 +290,7 @@ class TeOpBench(_TeBench):
         with self._collectives():
             super().backward()
 
-    def _grad_params(self):
+    def grad_params(self):
         return self._params().values()
 
     def gradients(self) -> dict[str, torch.Tensor]:
@@ -521,8 +303,6 @@ class TeOpBench(_TeBench):
         grad_out; worst over ranks. FP8 delayed scaling: the same-precision reference builds its scaling
         state from REF_PRIME_ITERS passes on the same input (the layer's came from its warm-up and timed
         iterations), so both quantize alike. none/nocomm: finite."""
-        from tptune.measure.worker import numerics
-
         self.zero_grad()
         ref_layer = self._reference_layer() if self.kind == "ub" else None
         if ref_layer is not None:
@@ -565,15 +345,11 @@ class TeOpBench(_TeBench):
         return ref_layer
 
     # -- teardown -------------------------------------------------------------------------------------
-    def close(self):
-        self._teardown(collective=True)
-
     def _teardown(self, collective: bool) -> None:
         self.out = None
         self.layer = self.local = None
         self.x = self.grad_out = None
-        release_ub(self.te_base, self.ctx, self._ub_live, self._ub_groups, collective)
-        self._ub_live, self._ub_groups = False, []
+        self._release_ub(collective)
 
 
 def copy_module_state(dst, src) -> None:
@@ -586,14 +362,6 @@ def copy_module_state(dst, src) -> None:
     wrong = [k for k in missing if k in params] + [k for k in unexpected if k in dict(src.named_parameters())]
     if wrong:
         raise RuntimeError(f"reference module does not match the measured one: {wrong[:5]}")
-
-
-def _pg_map() -> list:
-    try:
-        from torch.distributed import distributed_c10d as c10d
-        return list(c10d._world.pg_map)
-    except Exception:  # noqa: BLE001 - private API; without it the bootstrap groups just stay
-        return []
 
 
 def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict):

@@ -21,13 +21,13 @@ orders differ beyond TE's pairwise tolerances at TP 4 by rounding alone: issue 3
 
 FP8 (workload dtype fp8): TransformerConfig gets Megatron's FP8 fields (fp8=<format>,
 fp8_recipe=<delayed|tensorwise|blockwise|mxfp8>, or fp4="e2m1"/fp4_recipe="nvfp4"; delayed with
-fp8_amax_history_len=1024, fp8_amax_compute_algo="max", the parameters of te_backend.make_recipe),
+fp8_amax_history_len=1024, fp8_amax_compute_algo="max", the parameters of te_common.make_recipe),
 so Megatron's TransformerBlock enters its own get_fp8_context as in training; the block's forward
-also runs under te_backend.fp8_autocast with the same recipe (the context Megatron's fp8_autocast
+also runs under te_common.fp8_autocast with the same recipe (the context Megatron's fp8_autocast
 wraps; nested, Megatron's inner one is the active one, with identical parameters). ub.*: initialize_ub
 with quantization_modes=[FP8] after search.fp8.validate_fp8_ub_cfgs. Numerics: FP8 against FP8 no
 overlap (given the block's weights and, under delayed scaling, its own priming passes,
-te_backend.REF_PRIME_ITERS), both against the fp32 block. Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553: transformer_config.py (fp8, fp8_recipe,
+te_common.REF_PRIME_ITERS), both against the fp32 block. Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553: transformer_config.py (fp8, fp8_recipe,
 fp8_amax_history_len, fp8_amax_compute_algo, fp4, fp4_recipe), fp8_utils.py (get_fp8_recipe,
 get_fp8_context).
 """
@@ -38,11 +38,12 @@ import contextlib
 import torch
 
 from tptune.cases import Case
-from tptune.model.spec import ModelConfig
+from tptune.measure.worker import numerics
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
-from tptune.measure.worker import te_backend as _tb
-from tptune.measure.worker.te_backend import (LAYERNORM_EPS, _import_te, _load_yaml, _ub_cfgs, check_ub_cfgs, device_problem,
-                                              make_recipe, mark_amax_reduction, release_ub, start_ub)
+from tptune.measure.worker.te_common import (AMAX_COMPUTE_ALGO, AMAX_HISTORY_LEN, LAYERNORM_EPS, TeBench,
+                                             bench_ub_cfgs, prime_reference)
+from tptune.model.spec import FP8_RECIPES, ModelConfig
+from tptune.te.megatron_flags import block_switches, check_switches
 
 DEFAULT_LAYERS = 2
 # The references of the numerics check, kept for the next setting of the same block (one entry): the
@@ -57,12 +58,11 @@ def _seed_rng(seed: int) -> None:
     model_parallel_cuda_manual_seed(seed)
 
 
-class TeBlockBench(_tb._TeBench):
+class TeBlockBench(TeBench):
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
         if case.variant.kind not in ("none", "ub"):
             raise ValueError(f"{case.id}: a layer case is none or ub.<preset> on the te backend")
-        if _tb.REQUIRE_CUDA and not ctx.is_cuda:
-            raise ValueError(f"{case.id}: the te backend needs CUDA GPUs (use backend: torch on CPU)")
+        self._require_cuda(case, ctx)
         if ctx.world_size != case.tp:
             raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {ctx.world_size}")
         w = mc.workload
@@ -76,10 +76,7 @@ class TeBlockBench(_tb._TeBench):
         self.overlap = case.variant.kind == "ub"
         self.ub_cfgs, self.switches = None, None
         if self.overlap:
-            path = self.te_settings.get("ub_cfgs_file")
-            self.ub_cfgs = _load_yaml(path) if path else _ub_cfgs(case, self.te_settings.get("presets_dirs"), mc)
-            check_ub_cfgs(self.ub_cfgs, case, mc, self.te_settings)   # a recipe userbuffers cannot carry, too
-            from tptune.te.megatron_flags import block_switches, check_switches
+            self.ub_cfgs = bench_ub_cfgs(case, mc, self.te_settings)
             given = (self.te_settings.get("preset_switches") or {}).get(case.variant.preset)
             if given is not None:   # a pair as a user wrote it (tptune verify --pair), consistent or not
                 check_switches(given)
@@ -89,14 +86,7 @@ class TeBlockBench(_tb._TeBench):
                     self.switches = block_switches(self.ub_cfgs)
                 except ValueError as exc:
                     raise ValueError(f"{case.id}: Megatron's switches cannot build this block: {exc}") from None
-        why = device_problem(case, mc, ctx)
-        if why:
-            raise ValueError(why)
-        self.te, self.te_base, self.ps, self.mcore_te, self.TransformerConfig = _import_te()
-        self.recipe = make_recipe(w) if self.fp8 else None
-        if self.fp8:
-            mark_amax_reduction()
-        self._ub_live, self._ub_groups = False, []
+        self._load_te(case, mc, ctx)
         self.block = None
         try:
             if not self.ps.model_parallel_is_initialized():
@@ -154,9 +144,6 @@ class TeBlockBench(_tb._TeBench):
         """Megatron's FP8 (or FP4) TransformerConfig fields for the workload's recipe."""
         if not self.fp8:
             return {}
-        from tptune.measure.worker.te_backend import AMAX_COMPUTE_ALGO, AMAX_HISTORY_LEN
-        from tptune.model.spec import FP8_RECIPES
-
         w = self.mc.workload
         if w.recipe == "nvfp4":
             return {"fp4": "e2m1", "fp4_recipe": "nvfp4"}
@@ -176,9 +163,6 @@ class TeBlockBench(_tb._TeBench):
         block = TransformerBlock(config, spec, post_layer_norm=False)
         return block.to(device=self.ctx.device)
 
-    def _init_ub(self) -> None:
-        start_ub(self)
-
     def _run(self, block, x, autocast: bool = True):
         with self._autocast() if autocast else contextlib.nullcontext():
             out = block(hidden_states=x, attention_mask=None)
@@ -188,7 +172,7 @@ class TeBlockBench(_tb._TeBench):
         self.out = self._run(self.block, self.x)
         return self.out
 
-    def _grad_params(self):
+    def grad_params(self):
         return self.block.parameters()
 
     def tensors(self, block, *, dtype: torch.dtype | None = None, autocast: bool = True) -> dict:
@@ -207,11 +191,9 @@ class TeBlockBench(_tb._TeBench):
     def correctness(self) -> dict:
         """Against the no-overlap block in fp32 (stats.numerics): output, input gradient and every weight
         gradient of this setting, and of the same-precision no-overlap block (the baseline; FP8: under
-        the same recipe, primed as te_backend.prime_reference does), both built afresh from this block's
+        the same recipe, primed as te_common.prime_reference does), both built afresh from this block's
         weights. The measured block is released first: the fp32 block needs about twice its memory. The
         references are kept for the session's next setting when the weights and data are the same."""
-        from tptune.measure.worker import numerics
-
         self.zero_grad()
         test = self.tensors(self.block)
         state = {k: v for k, v in self.block.state_dict().items() if not k.endswith("_extra_state")}
@@ -247,7 +229,7 @@ class TeBlockBench(_tb._TeBench):
         if wrong:
             raise RuntimeError(f"reference block does not match the measured one: {wrong[:5]}")
         if dtype is None:
-            _tb.prime_reference(self.mc, lambda x, m=ref: self._run(m, x), self.x, self.grad_out, ref.parameters())
+            prime_reference(self.mc, lambda x, m=ref: self._run(m, x), self.x, self.grad_out, ref.parameters())
         got = self.tensors(ref, dtype=dtype, autocast=dtype is None)
         del ref
         torch.cuda.empty_cache()
@@ -259,11 +241,7 @@ class TeBlockBench(_tb._TeBench):
                 for t in (*state.values(), self.x, self.grad_out) if t.is_floating_point()]
         return (self.case.tp, self.layers, repr(self.mc.model), repr(self.mc.workload), tuple(sums))
 
-    def close(self):
-        self._teardown(collective=True)
-
     def _teardown(self, collective: bool) -> None:
         self.out = self.block = None
         self.x = self.grad_out = None
-        release_ub(self.te_base, self.ctx, self._ub_live, self._ub_groups, collective)
-        self._ub_live, self._ub_groups = False, []
+        self._release_ub(collective)

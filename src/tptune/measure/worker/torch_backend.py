@@ -19,15 +19,16 @@ from torch.profiler import record_function
 from tptune.cases import Case
 from tptune.model.spec import ModelConfig
 from tptune.model.ops import parallel_kind, weight_shape
+from tptune.measure.worker.bench import Bench
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
 
 
-class _Comm:
+class Comm:
     """Collectives over the TP group along dim 0, or local stand-ins for the no-communication bound."""
 
     def __init__(self, group, world: int, enabled: bool):
         self.group, self.world, self.enabled = group, world, enabled
-        self.corrupt_dgrad = False   # a planted fault (_planted_corruption): tests of the numerics check
+        self.corrupt_dgrad = False   # a planted fault (planted_corruption): tests of the numerics check
 
     def all_gather(self, x: torch.Tensor, async_op=False):
         out = x.new_empty((self.world * x.shape[0], *x.shape[1:]))
@@ -48,7 +49,7 @@ class _Comm:
         return out, work
 
 
-def _planted_corruption(fault: str | None, rank: int) -> bool:
+def planted_corruption(fault: str | None, rank: int) -> bool:
     """The fault "corrupt_dgrad[:<rank>]" (settings faults): that rank's column ops sum their own share
     of the input gradient twice, as a bulk communicator run as a reduce-scatter corrupts it on GPUs."""
     what, _, who = (fault or "").partition(":")
@@ -67,7 +68,7 @@ def _chunk_rows(full: torch.Tensor, world: int, chunks: int, i: int) -> torch.Te
     return full.view(world, chunks, c, *full.shape[1:])[:, i].reshape(world * c, *full.shape[1:])
 
 
-def _gather_matmul(x_local, w, comm: _Comm, chunks: int):
+def _gather_matmul(x_local, w, comm: Comm, chunks: int):
     """AG(x_local) @ w^T with the gather of chunk i+1 in flight during chunk i's GEMM."""
     world = comm.world
     if chunks == 1:
@@ -87,7 +88,7 @@ def _gather_matmul(x_local, w, comm: _Comm, chunks: int):
     return out.view(world * chunks * c, -1), full.view(world * chunks * c, -1)
 
 
-def _matmul_scatter(a, w, comm: _Comm, chunks: int):
+def _matmul_scatter(a, w, comm: Comm, chunks: int):
     """RS(a @ w^T) with chunk i's reduce-scatter in flight during chunk i+1's GEMM."""
     if chunks == 1:
         out, work = comm.reduce_scatter(a @ w.t())
@@ -141,7 +142,7 @@ class RowParallelSP(torch.autograd.Function):
         return dx, dw, None, None
 
 
-class TorchOpBench:
+class TorchOpBench(Bench):
     """One op's TP layer on one rank: a norm (column ops, as TELayerNormColumnParallelLinear) + linear."""
 
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, seed: int = 1234,
@@ -155,7 +156,7 @@ class TorchOpBench:
         if tokens % (tp * self.chunks):
             raise ValueError(f"{case.id}: tokens={tokens} not divisible by tp*chunks={tp * self.chunks}")
         dtype = TORCH_DTYPES[mc.workload.dtype]
-        self.comm = _Comm(ctx.group, tp, enabled=kind != "nocomm")
+        self.comm = Comm(ctx.group, tp, enabled=kind != "nocomm")
         self.column = parallel_kind(case.op) == "column"
         k_in, n_out = shape or weight_shape(case.op, mc)   # shape: one of the op's shapes (harness)
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -186,23 +187,14 @@ class TorchOpBench:
             self.grad_out = torch.randn(self.out.shape, generator=gen).to(self.out.device, self.out.dtype)
         return self.out
 
-    def backward(self):
-        self.out.backward(self.grad_out)
-        self.out = None
-
-    def zero_grad(self):
-        for p in (self.x, self.weight, self.norm_weight):
-            if p is not None:
-                p.grad = None
+    def grad_params(self):
+        return [p for p in (self.weight, self.norm_weight) if p is not None]
 
     def gradients(self) -> dict[str, torch.Tensor]:
         grads = {"input": self.x.grad, "weight": self.weight.grad}
         if self.norm_weight is not None:
             grads["norm_weight"] = self.norm_weight.grad
         return grads
-
-    def close(self):
-        pass
 
 
 def build(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict):

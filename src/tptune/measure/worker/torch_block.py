@@ -15,9 +15,10 @@ import torch
 
 from tptune.cases import Case, make_case
 from tptune.model.spec import ModelConfig
+from tptune.measure.worker.bench import Bench
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
 from tptune.measure.worker import numerics
-from tptune.measure.worker.torch_backend import ColumnParallelSP, RowParallelSP, _Comm, _planted_corruption
+from tptune.measure.worker.torch_backend import ColumnParallelSP, Comm, RowParallelSP, planted_corruption
 
 DEFAULT_LAYERS = 2
 
@@ -48,7 +49,7 @@ class _Scatter(torch.autograd.Function):
         return ctx.comm.all_gather(g.contiguous())[0], None
 
 
-class TorchBlockBench:
+class TorchBlockBench(Bench):
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234,
                  dtype: torch.dtype | None = None):
         kind = case.variant.kind
@@ -62,8 +63,8 @@ class TorchBlockBench:
         self.case, self.mc, self.settings, self.kind = case, mc, settings, kind
         self.ctx, self.m, self.tp = ctx, m, tp
         self.layers = int((settings.get("layer") or {}).get("num_layers", DEFAULT_LAYERS))
-        self.comm = _Comm(ctx.group, tp, enabled=kind != "nocomm")
-        self.comm.corrupt_dgrad = _planted_corruption(settings.get("fault"), ctx.rank)
+        self.comm = Comm(ctx.group, tp, enabled=kind != "nocomm")
+        self.comm.corrupt_dgrad = planted_corruption(settings.get("fault"), ctx.rank)
         self.heads, self.groups = m.num_attention_heads // tp, m.num_query_groups // tp
         self.s, self.b = w.seq_length, w.micro_batch_size
         dt = self.dtype = dtype or TORCH_DTYPES[w.dtype]
@@ -176,15 +177,8 @@ class TorchBlockBench:
             routed = routed + self._mlp(hn, p["shared_fc1"], p["shared_fc2"])
         return routed
 
-    def backward(self):
-        self.out.backward(self.grad_out)
-        self.out = None
-
-    def zero_grad(self):
-        self.x.grad = None
-        for p in self.params:
-            for t in p.values():
-                t.grad = None
+    def grad_params(self):
+        return (t for p in self.params for t in p.values())
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """One fwd+bwd: the output, the input gradient and every weight gradient, by name."""
@@ -225,6 +219,3 @@ class TorchBlockBench:
         base = numerics.errors(same, hp, group, dev)
         return numerics.verdict(test, base, hp, group, dev, precision,
                                 reference=f"the same block without overlap in {numerics.HIGHER[precision]}")
-
-    def close(self):
-        self.out = None
