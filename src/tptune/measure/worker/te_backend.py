@@ -64,7 +64,7 @@ from torch.profiler import record_function
 from tptune.cases import Case
 from tptune.measure.worker import numerics
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
-from tptune.measure.worker.te_common import LAYERNORM_EPS, TeBench, bench_ub_cfgs, prime_reference
+from tptune.measure.worker.te_common import LAYERNORM_EPS, TeBench, bench_ub_cfgs, case_environment, prime_reference
 from tptune.model.ops import parallel_kind, weight_shape
 from tptune.model.spec import ModelConfig
 from tptune.te.fp8 import UB_RECIPES
@@ -192,7 +192,8 @@ class TeOpBench(TeBench):
             self._ensure_model_parallel()
             if self.kind == "ub":
                 self._init_ub()
-            self.layer = self._tp_layer(overlap=self.kind == "ub")
+            with case_environment(case, self.te_settings):
+                self.layer = self._tp_layer(overlap=self.kind == "ub")
             self._init_params(seed)
             self._init_data(seed)
         except BaseException:

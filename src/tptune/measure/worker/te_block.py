@@ -41,7 +41,7 @@ from tptune.cases import Case
 from tptune.measure.worker import numerics
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
 from tptune.measure.worker.te_common import (AMAX_COMPUTE_ALGO, AMAX_HISTORY_LEN, LAYERNORM_EPS, TeBench,
-                                             bench_ub_cfgs, prime_reference)
+                                             bench_ub_cfgs, case_environment, prime_reference)
 from tptune.model.spec import FP8_RECIPES, ModelConfig
 from tptune.te.megatron_flags import block_switches, check_switches
 
@@ -97,7 +97,8 @@ class TeBlockBench(TeBench):
             if self.overlap:
                 self._init_ub()
             torch.manual_seed(seed)
-            self.block = self._build(self.overlap)
+            with case_environment(case, self.te_settings):
+                self.block = self._build(self.overlap)
             gen = torch.Generator(device=ctx.device).manual_seed(seed + 17 * ctx.rank)
             shape = (w.seq_length // self.tp, w.micro_batch_size, mc.model.hidden_size)
             self.x = torch.randn(shape, generator=gen, device=ctx.device, dtype=self.dtype).requires_grad_(True)

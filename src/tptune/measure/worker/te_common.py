@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from abc import abstractmethod
 
 import torch
@@ -21,7 +22,7 @@ from tptune.measure.worker.bench import Bench
 from tptune.measure.worker.context import RankContext
 from tptune.model.spec import FP8_RECIPES, ModelConfig, recipe_device_problem
 from tptune.te import fp8 as te_fp8
-from tptune.te.ubcfg import case_ub_cfgs
+from tptune.te.ubcfg import case_ub_cfgs, preset_environment
 
 # FP8 delayed scaling: fwd+bwd passes the no-overlap reference runs before it is compared. A reference
 # given the layer's scaling state through load_state_dict (TE's pickled _extra_state) still quantized
@@ -176,6 +177,26 @@ def bench_ub_cfgs(case: Case, mc: ModelConfig, te_settings: dict) -> dict:
     cfgs = load_yaml(path) if path else preset_ub_cfgs(case, te_settings.get("presets_dirs"), mc)
     check_ub_cfgs(cfgs, case, mc, te_settings)
     return cfgs
+
+
+@contextlib.contextmanager
+def case_environment(case: Case, te_settings: dict):
+    """The environment a ub.* case's preset names (te.ubcfg.preset_environment: the layernorm SM margins
+    of NVIDIA's recipes), set while the case's TE modules are built and restored after: LayerNormLinear
+    and LayerNormMLP read it in their constructors, so it lasts as long as the modules. A user's
+    --tp-comm-overlap-cfg file (te.ub_cfgs_file) names no environment."""
+    env = ({} if case.variant.kind != "ub" or te_settings.get("ub_cfgs_file") else
+           preset_environment(case.variant.preset, te_settings.get("presets_dirs")))
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class TeBench(Bench):
