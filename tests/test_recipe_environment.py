@@ -39,3 +39,23 @@ def test_the_environment_is_restored_when_the_build_fails(clean_env):
         with case_environment(parse_case_id("fc1-tp2-ub.nvidia_bf16_tp2_recipe"), {}):
             raise RuntimeError("out of memory")
     assert os.environ.get("NVTE_FWD_LAYERNORM_SM_MARGIN") is None
+
+
+def test_the_committed_recipe_environment_sessions_re_pool_to_their_figures():
+    """results/recipe-env-h200x2: two verify sessions on 2x H200; the margins move neither preset (ties)
+    and the pooled.json the benchmark wrote is what its sessions give."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("recipe_env", root / "benchmarks" / "recipe_env.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    folder = root / "results" / "recipe-env-h200x2"
+    rows = mod.pooled(folder)
+    assert rows == json.loads((folder / "pooled.json").read_text())
+    by = {(r["a"], r["b"]): r for r in rows}
+    for preset in ("nemo_tp4", "nvidia_bf16_tp2"):
+        r = by[(f"ub.{preset}_recipe", f"ub.{preset}")]
+        assert r["pooled_sessions"] == 2 and r["lo"] < 1.0 < r["hi"] and r["words"].startswith("tie")
