@@ -12,9 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tptune.emit.records import write_record
+from tptune.emit.tables import write_table
 from tptune.errors import TptuneError
 from tptune.records import load
-from tptune.records.files import write_text_atomic
 from tptune.records.run_dir import SESSION_JSON, RunDir
 
 
@@ -98,10 +99,6 @@ def _read_json(path: str | Path, what: str, keys: tuple[str, ...] = ()):
     return obj
 
 
-def _write_json(path: str | Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1, default=str))
-
-
 def _submit_only() -> bool:
     return os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"
 
@@ -124,7 +121,7 @@ def cmd_validate(a) -> int:
 
 def cmd_model(a) -> int:
     s = _settings(a.config, recorded=False)
-    _write_json(a.out, s.model.to_dict())
+    write_record(a.out, s.model.to_dict())
     return 0
 
 
@@ -133,10 +130,7 @@ def cmd_plan(a) -> int:
 
     s = _settings(a.config, recorded=False)
     plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.hardware.as_dict()), s.ops)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plan.write_parquet(out)
-    plan.write_csv(out.with_suffix(".csv"))
+    write_table(plan, a.out, csv=True)
     return 0
 
 
@@ -200,7 +194,7 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
 
 
 def cmd_analyze_case(a) -> int:
-    from tptune.decide.analyze import analyze_case
+    from tptune.cli.stages import analyze_case
 
     _read_json(a.run_json, "a case's run.json (tptune profile or a session writes it)", ("case", "status"))
     analyze_case(Path(a.run_json), Path(a.out))
@@ -208,7 +202,7 @@ def cmd_analyze_case(a) -> int:
 
 
 def cmd_analyze_session(a) -> int:
-    from tptune.decide.analyze import analyze_session
+    from tptune.cli.stages import analyze_session
 
     _read_json(Path(a.session) / SESSION_JSON, "a session's session.json (--session is the folder holding it)",
                ("runs",))
@@ -221,7 +215,7 @@ def cmd_search_step(a) -> int:
 
     s = _settings(a.config)
     prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
-    _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a).root))
+    write_record(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a).root))
     return 0
 
 
@@ -251,19 +245,20 @@ def cmd_measure_point(a) -> int:
 
 
 def cmd_tp_point(a) -> int:
-    from tptune.decide.points import tp_point
+    from tptune.decide.tp_point import tp_point
     from tptune.records.sessions import load_session
 
     s = _settings(a.config)
     run = _run_dir(a)
-    _write_json(a.out, tp_point(s, a.op, a.tp, load.tp_results(run, a.op, a.tp),
+    write_record(a.out, tp_point(s, a.op, a.tp, load.tp_results(run, a.op, a.tp),
                                 load_session(run.point_session(a.op, a.tp))))
     return 0
 
 
 def cmd_layer(a) -> int:
     """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
-    from tptune.decide.layer import layer_members, layer_record, write_layer
+    from tptune.cli.stages import block_members
+    from tptune.decide.layer import layer_record
     from tptune.records.sessions import load_session
     from tptune.search.measurement import layer_measurement
 
@@ -273,37 +268,37 @@ def cmd_layer(a) -> int:
     else:
         s, m = _settings(a.config), None
     points = {op: load.tp_point(run, op, a.tp) for op in s.ops}
-    members, tuned = layer_members(s, a.tp, points, run)
+    members, tuned = block_members(s, a.tp, points, run)
     if a.measure:
         m = {**m, "members": [c.id for c in members], "always": [tuned.id]}
         _measure_session(s, m, members, run, run.layer_session(a.tp), presets_dir=run.presets)
-    write_layer(Path(a.out), layer_record(s, a.tp, load_session(run.layer_session(a.tp)), tuned.id))
+    write_record(Path(a.out), layer_record(s, a.tp, load_session(run.layer_session(a.tp)), tuned.id))
     return 0
 
 
 def cmd_tp_step(a) -> int:
     from tptune.decide.tp import memory_floor, tp_step
-    from tptune.decide.points import with_verdict
+    from tptune.decide.tp_point import with_verdict
     from tptune.records.sessions import recorded_gpu_memory
 
     s = _settings(a.config)
     run = _run_dir(a)
     points = {pt["tp"]: with_verdict(pt, load.point_analysis(run, pt["op"], pt["tp"]))
               for pt in (_read_json(p, "a TP point's point.json (--points)", ("tp",)) for p in a.points)}
-    _write_json(a.out, tp_step(s, a.op, a.tp, points, memory_floor(s, recorded_gpu_memory(run))))
+    write_record(a.out, tp_step(s, a.op, a.tp, points, memory_floor(s, recorded_gpu_memory(run))))
     return 0
 
 
 def cmd_decide(a) -> int:
-    from tptune.decide.answer import decide
+    from tptune.cli.stages import answer
 
     s = _settings(a.config)
-    decide(s, _run_dir(a), [Path(p) for p in a.decisions])
+    answer(s, _run_dir(a), [Path(p) for p in a.decisions])
     return 0
 
 
 def cmd_collect(a) -> int:
-    from tptune.decide.analyze import collect
+    from tptune.cli.stages import collect
 
     collect(_run_dir(a), [Path(p) for p in a.sessions], Path(a.out))
     return 0
@@ -318,7 +313,7 @@ def cmd_report(a) -> int:
 
 
 def cmd_join_json(a) -> int:
-    _write_json(a.out, [_read_json(p, "a JSON file") for p in a.inputs])
+    write_record(a.out, [_read_json(p, "a JSON file") for p in a.inputs])
     return 0
 
 
@@ -342,7 +337,7 @@ def cmd_verify(a) -> int:
                      ops=a.ops, out_dir=a.work_dir, pairs=[tuple(x) for x in a.pair or []])
     print(format_table(res))
     if a.json:
-        _write_json(a.json, res)
+        write_record(a.json, res)
     bad = [r for sess in [res["block"], *(res.get("ops") or {}).values()] for r in sess["rows"]
            if r["status"] != "ok" or r["numerics"] is False]
     return 1 if bad else 0
@@ -423,7 +418,7 @@ def cmd_check_run(a) -> int:
         print(f"tptune: {run_dir.report_md} says so at its top; fix the cause, then re-measure with "
               f"snakemake -R $(tptune failed {run_dir})", file=sys.stderr)
         return 1
-    _write_json(a.out, {"ok": True})
+    write_record(a.out, {"ok": True})
     return 0
 
 

@@ -2,7 +2,7 @@
 host-behind settings, stepped batches, the block's host evidence, the capped efficiency of the model."""
 from __future__ import annotations
 
-from tptune.decide.points import STEP_FACTOR
+from tptune.decide.tp_point import STEP_FACTOR
 from tptune.records.sessions import Session
 from tptune.stats import session_noise
 from tptune.stats.efficiency import model_efficiency

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 
-from tptune.decide.points import best_at
-from tptune.records.points import point_median
+from tptune.decide.tp_point import best_at
+from tptune.records.point_fields import point_median
 from tptune.search import tp_decision
 from tptune.settings.resolve import Settings
 
@@ -146,7 +146,7 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
     ops' rounds, round k of each op's point session (the rounds in which that op's none, bound and
     fastest setting were all measured), so the sums of two references stay paired round by round and
     the interval of their ratio carries every op's round-to-round noise."""
-    from tptune.records.points import make_point
+    from tptune.records.point_fields import make_point
     from tptune.stats.rounds import point_rounds
 
     chosen, total = [], 0.0

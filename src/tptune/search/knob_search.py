@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from tptune.cases import make_case, parse_case_id
-from tptune.records.points import point_summary
+from tptune.records.point_fields import point_summary
 from tptune.search.knobs import Session, plan_next, plan_result
 from tptune.settings.resolve import Settings
 from tptune.te.methods import grid_size

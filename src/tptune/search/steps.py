@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from tptune.cases import Case, Variant, make_case, parse_case_id
-from tptune.records.points import point_summary
+from tptune.records.point_fields import point_summary
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.search import bisect, knob_search

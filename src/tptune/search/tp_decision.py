@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tptune.records.points import INF, point_case, point_median
+from tptune.records.point_fields import INF, point_case, point_median
 from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 
 DEFAULT_START_TP = 2

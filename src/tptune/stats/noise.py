@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 
 from tptune.cases import Case, parse_case_id
-from tptune.records.points import INF, point_case, point_median, point_samples, point_stats
+from tptune.records.point_fields import INF, point_case, point_median, point_samples, point_stats
 from tptune.stats.rounds import Ratio, ratio_of
 from tptune.te.ubcfg import METHOD_DEFAULTS
 
