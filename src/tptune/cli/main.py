@@ -1,6 +1,8 @@
 """tptune: which tensor-parallel size, and which TP comm overlap config, make a model fastest on this node.
 The run itself is the Snakemake workflow (snakemake --cores N [--configfile my-run.yaml]; README.md);
-these commands check its inputs, read its outputs and check config files, and are the steps its rules run."""
+these commands check its inputs, read its outputs and check config files, and are the steps its rules run.
+Each subcommand imports the stage it runs inside its function: all of them (polars, the decision code, the
+launcher, the report) would add about a second to every step the workflow starts."""
 from __future__ import annotations
 
 import argparse
@@ -12,11 +14,19 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tptune import __version__
+from tptune.cases import parse_case_id
+from tptune.cli.check import add_check_parser
 from tptune.emit.records import write_record
 from tptune.emit.tables import write_table
 from tptune.errors import TptuneError
+from tptune.measure.preflight import resolve_here
 from tptune.records import load
 from tptune.records.run_dir import SESSION_JSON, RunDir
+from tptune.records.run_status import check_run_dir, failed_outputs, run_failures
+from tptune.records.sessions import load_session, load_sessions, recorded_gpu_memory
+from tptune.settings.resolve import is_run_record, load_run_config
+from tptune.trace.cli import analyze_cli
 
 
 def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_tps: list[int] | None = None,
@@ -26,9 +36,6 @@ def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_
     names, and only the TP sizes ``node_tps`` it profiles (default: all). ``calibrated``: a
     ``timing.window_ms: auto`` takes the window of the run's calibration (calibration/window.json beside
     config.json), which measuring cannot do without."""
-    from tptune.measure.preflight import resolve_here
-    from tptune.settings.resolve import is_run_record, load_run_config
-
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     if recorded and not (len(paths) == 1 and is_run_record(paths[0])):
         raise TptuneError(f"{', '.join(map(str, paths))}: expected a run's outputs/<run>/config.json (the workflow "
@@ -136,7 +143,6 @@ def cmd_plan(a) -> int:
 
 def cmd_profile(a) -> int:
     """One case alone (no side-by-side partner): for smoke tests and ad-hoc checks."""
-    from tptune.cases import parse_case_id
     from tptune.measure.launch import Launcher
 
     case = parse_case_id(a.case)
@@ -171,7 +177,6 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
     settings ``m`` say (search.measurement), which session.json records. The drift canary opens the
     sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see the
     machine drift over a run, and a bisection step's two points are compared within their session."""
-    from tptune.cases import parse_case_id
     from tptune.measure.launch import Launcher
     from tptune.measure.session_spec import SessionSpec
     from tptune.search.measurement import launcher_op_settings
@@ -246,7 +251,6 @@ def cmd_measure_point(a) -> int:
 
 def cmd_tp_point(a) -> int:
     from tptune.decide.tp_point import tp_point
-    from tptune.records.sessions import load_session
 
     s = _settings(a.config)
     run = _run_dir(a)
@@ -259,7 +263,6 @@ def cmd_layer(a) -> int:
     """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
     from tptune.cli.stages import block_members
     from tptune.decide.layer import layer_record
-    from tptune.records.sessions import load_session
     from tptune.search.measurement import layer_measurement
 
     run = _run_dir(a)
@@ -279,7 +282,6 @@ def cmd_layer(a) -> int:
 def cmd_tp_step(a) -> int:
     from tptune.decide.tp import memory_floor, tp_step
     from tptune.decide.tp_point import with_verdict
-    from tptune.records.sessions import recorded_gpu_memory
 
     s = _settings(a.config)
     run = _run_dir(a)
@@ -347,7 +349,8 @@ def cmd_calibrate_window(a) -> int:
     """Choose timing.window_ms for this machine (window_calibration) and write the overlay to use it; with
     --run-config, the workflow's calibrate_window rule (timing.window_ms: auto)."""
     from tptune.measure.launch import Launcher
-    from tptune.cli.calibrate import (analyse, calibrate, format_table, load_sharded, not_measured, write_calibration)
+    from tptune.cli.calibrate import analyse, calibrate, format_table, load_sharded, not_measured
+    from tptune.emit.calibration import write_calibration
 
     if a.source:
         try:
@@ -395,8 +398,6 @@ def cmd_calibrate_window(a) -> int:
 def cmd_failed(a) -> int:
     """The measuring outputs of the sessions with a failed setting, for snakemake -R (run_status): a
     setting is re-measured with the settings it is compared to, never alone."""
-    from tptune.records.run_status import failed_outputs
-
     for f in failed_outputs(Path(a.run_dir)):
         print(f)
     return 0
@@ -405,10 +406,6 @@ def cmd_failed(a) -> int:
 def cmd_check_run(a) -> int:
     """The workflow's last job: the run ends non-zero when a stage had no successful member (the report,
     written before, says which at its top)."""
-    from tptune.records.run_status import check_run_dir, run_failures
-
-    from tptune.records.sessions import load_sessions
-
     run_dir = check_run_dir(a.run_dir)
     stages = run_failures(load_sessions(run_dir))["stages"]
     for st in stages:
@@ -433,8 +430,6 @@ _STEPS: list[str] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tptune import __version__
-
     ap = argparse.ArgumentParser(prog="tptune", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"tptune {__version__}")
@@ -584,7 +579,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_failed)
 
-    from tptune.cli.check import add_check_parser
     add_check_parser(sub)
 
     p = _step(sub, "check-run", "exit 1 when a stage of the run had no successful member")
@@ -604,7 +598,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "analyze":
-        from tptune.trace.cli import analyze_cli
         return analyze_cli(argv[1:])
     args = build_parser().parse_args(argv)
     return args.fn(args)

@@ -11,7 +11,8 @@ import yaml
 from tptune import __version__
 from tptune.cases import BOOL_KNOBS
 from tptune.model.ops import TE_GEMMS
-from tptune.te.ubcfg import METHOD_KNOBS, validate_ub_cfgs
+from tptune.te.megatron_flags import transformer_config_overrides
+from tptune.te.ubcfg import METHOD_DEFAULTS, METHOD_KNOBS, validate_ub_cfgs
 
 
 def te_ub_cfgs(per_gemm: dict, workload: str = "bf16") -> dict[str, dict]:
@@ -133,9 +134,6 @@ def bridge_overlap_source(per_gemm: dict, switches: Mapping[str, bool] | None = 
     ``model_overrides`` (the TransformerConfig fields the overlap needs: ``switches`` as
     megatron_flags.transformer_config_overrides writes them) and ``ub_cfgs()``. Every knob is explicit:
     TE's default for the method where the config leaves it out, fp8_buf on a pipeline GEMM."""
-    from tptune.te.megatron_flags import transformer_config_overrides
-    from tptune.te.ubcfg import METHOD_DEFAULTS
-
     cfgs = te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16")
     lines = []
     for name in TE_GEMMS:

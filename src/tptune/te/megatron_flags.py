@@ -27,7 +27,7 @@ field names against MEGATRON_FIELDS, pinned from the source above.
 from __future__ import annotations
 
 from tptune.model.ops import COLUMN_OPS, OPS, ROW_OPS, TE_GEMMS
-from tptune.te.ubcfg import compose_ub_cfgs, is_rs_dgrad
+from tptune.te.ubcfg import compose_ub_cfgs, is_rs_dgrad, op_entries
 
 MEGATRON_CORE = "core_v0.19.0 (NVIDIA/Megatron-LM@5be9626709af2722333bf54797c954c09edeada3)"
 # ModelParallelConfig's TP-overlap fields at that commit, with their defaults.
@@ -107,8 +107,6 @@ def switches_for(decision: dict) -> dict[str, bool]:
 def block_switches(ub_cfgs: dict) -> dict[str, bool]:
     """The switches of a block that overlaps every op with ``ub_cfgs`` (what the layer stage builds and
     what transformer_config_overrides.yaml holds for it); ValueError when Megatron cannot express it."""
-    from tptune.te.ubcfg import op_entries
-
     return switches_for({op: op_entries(ub_cfgs, op) for op in OPS})
 
 
@@ -116,8 +114,6 @@ def op_switches(op: str, ub_cfgs: dict) -> dict[str, bool]:
     """The switches under which Megatron builds ``op``'s layer overlapped with ``ub_cfgs``: overlap on,
     and for a column op whose dgrad is a reduce-scatter, tp_comm_overlap_rs_dgrad (else Megatron hands
     TE a bulk dgrad on a reduce-scatter communicator). The other ops' switches do not reach its layer."""
-    from tptune.te.ubcfg import op_entries
-
     sw = dict(MEGATRON_FIELDS, tp_comm_overlap=True)
     if op in COLUMN_OPS:
         sw["tp_comm_overlap_rs_dgrad"] = op_mode(op, op_entries(ub_cfgs, op)) == "rs_dgrad"
