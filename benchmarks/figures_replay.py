@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tptune.decide.points import slim
+from tptune.decide.tp_point import slim
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.stats import bound, efficiency, host_evidence as host, wording

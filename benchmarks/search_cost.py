@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tptune.cases import parse_case_id  # noqa: E402
 from tptune.stats.noise import compare_points  # noqa: E402
-from tptune.records.points import point_median  # noqa: E402
+from tptune.records.point_fields import point_median  # noqa: E402
 from tptune.records.run_dir import SESSION_JSON, RunDir  # noqa: E402
 
 

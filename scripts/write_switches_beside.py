@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from tptune.decide.files import names
+from tptune.decide.file_sets import names
+from tptune.emit.megatron_switches import write_megatron_flags, write_transformer_config_yaml
 from tptune.te import megatron_flags as mf
 from tptune.te.check import check_pair
 
@@ -27,8 +28,8 @@ def main(paths: list[str]) -> int:
         if not res.ok:
             print(f"{p}: not run as written under any switches tptune derives: {[x.line() for x in res.problems]}")
             return 1
-        mf.write_megatron_flags(p.parent / files["megatron_flags"], sw, p.name, overrides_file=files["overrides"])
-        mf.write_transformer_config_yaml(p.parent / files["overrides"], sw)
+        write_megatron_flags(p.parent / files["megatron_flags"], sw, p.name, overrides_file=files["overrides"])
+        write_transformer_config_yaml(p.parent / files["overrides"], sw)
         print(f"{p}: switches written beside it")
     return 0
 

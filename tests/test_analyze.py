@@ -4,7 +4,7 @@ import shutil
 
 import polars as pl
 
-from tptune.decide.analyze import analyze_case, analyze_session, collect
+from tptune.cli.stages import analyze_case, analyze_session, collect
 from tptune.records.run_dir import RunDir
 
 from conftest import FIXTURES

@@ -15,8 +15,8 @@ from tptune.errors import ConfigError
 from tptune.model.ops import COLUMN_OPS, OPS, ROW_OPS
 from tptune.te.check import (check_pair, load_ub_cfgs, megatron_config_fields, op_modes, read_flags,
                              switches_from_flags, switches_from_overrides)
-from tptune.te.megatron_flags import (MEGATRON_FIELDS, op_mode, overlap_cfgs, switches_for, write_megatron_flags,
-                                      write_overlap_yaml, write_transformer_config_yaml)
+from tptune.emit.megatron_switches import write_megatron_flags, write_overlap_yaml, write_transformer_config_yaml
+from tptune.te.megatron_flags import MEGATRON_FIELDS, op_mode, overlap_cfgs, switches_for
 from tptune.te.ubcfg import load_preset, merge_entry, op_entries
 
 ROOT = Path(__file__).resolve().parents[1]

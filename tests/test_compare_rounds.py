@@ -7,7 +7,7 @@ import pytest
 
 from tptune.stats.noise import compare, compare_points, cost_key, margin
 
-from tptune.records.points import make_point
+from tptune.records.point_fields import make_point
 
 from tptune.search.bisect import next_points, result
 

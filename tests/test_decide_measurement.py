@@ -10,7 +10,7 @@ from tptune.decide.summary import measurement_summary
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_sessions
 
-from tptune.decide.points import bound_faults, tied_with
+from tptune.decide.tp_point import bound_faults, tied_with
 
 from tptune.stats.pick import pick_best
 from tptune.stats.noise import cost_key
@@ -196,7 +196,7 @@ def test_tied_with_lists_the_ties_with_their_intervals():
 
 
 def test_tied_with_sample_points_has_no_interval():
-    from tptune.records.points import make_point
+    from tptune.records.point_fields import make_point
     winner = make_point(SM8, [10.0] * 5)
     ties = tied_with(winner, [make_point(TE, [10.1] * 5), make_point(SM4, [12.0] * 5)], FLOOR)
     assert ties == [{"case": TE, "resolved": True}]
@@ -278,7 +278,7 @@ def test_summary_has_no_clock_without_two_clocked_canaries(tmp_path):
 
 
 def test_batch_step_finds_a_level_change_inside_one_round():
-    from tptune.decide.points import batch_step
+    from tptune.decide.tp_point import batch_step
     flat = [10.0, 10.05, 9.98, 10.02] * 2                      # two rounds of four iterations
     stepped = [10.0, 10.0, 10.0, 10.0] + [10.0, 10.0, 11.5, 11.6]
     p = lambda s: {"timing": {"total_ms": {"samples": s, "rounds": [0, 0]}}}

@@ -7,7 +7,7 @@ from tptune.measure.gpupool import GpuPool
 from tptune.model.ops import op_gemms
 from tptune.model.plan import Hardware, build_plan
 from tptune.te import ubcfg
-from tptune.records.points import make_point
+from tptune.records.point_fields import make_point
 from tptune.search.tp_decision import TpPoints, tp_result
 from tptune.measure.preflight import resolve_here
 from tptune.settings.resolve import load_config_files

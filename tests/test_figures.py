@@ -139,7 +139,7 @@ def test_finalists_are_faster_than_the_pick_beyond_the_noise_within_the_margin()
 
 
 def test_recorded_stability_session_keeps_significant_gains_as_finalists():
-    from tptune.decide.points import slim
+    from tptune.decide.tp_point import slim
     from tptune.stats.pick import pick_best
 
     runs = {c: slim(p) for c, p in _point_session("stability-llama3-70b-x2-v2/rep1", "fc1").items()}

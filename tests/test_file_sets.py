@@ -41,7 +41,7 @@ def _op_options(op: str) -> list[dict]:
 def test_no_combination_the_search_can_produce_is_emitted_inconsistent():
     """decide composes the per-op choices and derives Megatron's switches from them (block_switches): each
     combination is either refused there (decide then restricts it to one the switches express, itself a
-    combination of this space) or the pair is run as written (te.check), so the guard in decide.files never
+    combination of this space) or the pair is run as written (te.check), so the guard in decide.file_sets never
     has to withhold a set the search produced."""
     options = {op: _op_options(op) for op in OPS}
     assert all(len(v) >= 2 for v in options.values()), {op: len(v) for op, v in options.items()}
@@ -117,7 +117,8 @@ def test_without_a_block_mixed_dgrad_choices_are_restricted_to_one_switch_set_an
     """Issue 33's corrupting case: qkv chose bulk dgrad, fc1 a reduce-scatter dgrad, and no block proved
     the combination. One tp_comm_overlap_rs_dgrad cannot serve both, so decide writes the per-op choices
     within one dgrad mode (the likelier by the ops' estimates), checked, marked UNPROVEN in the file."""
-    from tptune.decide.files import te_sets
+    from tptune.cli.stages import write_file_sets
+    from tptune.decide.file_sets import te_sets
     from tptune.decide.answer import recorded_points
     from tptune.measure.preflight import resolve_here
 
@@ -130,7 +131,8 @@ def test_without_a_block_mixed_dgrad_choices_are_restricted_to_one_switch_set_an
     qkv = points["qkv"][2]
     qkv["candidates"] = {c: p for c, p in qkv["candidates"].items() if "dgrad.ring" not in c}
     meta = {"model": "llama3-70b", "workload": {"seq_length": 8192}, "model_tp": 2}
-    sets = te_sets(s, RunDir(tmp_path), points, {}, [2], meta)
+    sets, written = te_sets(s, RunDir(tmp_path), points, {}, [2], meta)
+    write_file_sets(RunDir(tmp_path), written)
     rec = sets["2"]
     assert rec["status"] == "unproven" and "restricted to the bulk dgrad combination" in rec["why"], rec["why"]
     ub = yaml.safe_load((tmp_path / "tp_comm_overlap_cfg.tp2.yaml").read_text())

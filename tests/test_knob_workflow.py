@@ -14,7 +14,7 @@ from tptune.cases import parse_case_id
 from tptune.errors import ConfigError
 from tptune.measure.launch import write_run_json
 from tptune.te.methods import grid_size
-from tptune.records.points import make_point
+from tptune.records.point_fields import make_point
 from tptune.te.ubcfg import case_ub_cfgs
 from tptune.measure.preflight import resolve_here
 from tptune.search.steps import dimensions, point_members, step_cases, step_record

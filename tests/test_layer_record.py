@@ -84,7 +84,7 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
     the block also measures the combination of each op's fastest setting, and says which it is."""
     import yaml
 
-    from tptune.decide.layer import layer_members
+    from tptune.cli.stages import block_members
     from tptune.te.ubcfg import load_preset
 
     s = types.SimpleNamespace(backend="te", decision=Decision.from_dict({"noise_floor": 0.02}),
@@ -98,7 +98,7 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
         faster = 0.99 if op == "qkv" else 1.05
         pts[op] = {"none": _pt(f"{op}-tp2-none", 12.0), "nocomm": _pt(f"{op}-tp2-nocomm", 9.0),
                    "candidates": {cheap: _pt(cheap, 10.0), preset: _pt(preset, 10.0 * faster)}}
-    members, tuned = layer_members(s, 2, pts, RunDir(tmp_path))
+    members, tuned = block_members(s, 2, pts, RunDir(tmp_path))
     ids = [c.id for c in members]
     assert tuned.id == "layer-tp2-ub.tuned_tp2" and "layer-tp2-ub.fastest_tp2" in ids
     fast = yaml.safe_load((tmp_path / "presets" / "fastest_tp2.yaml").read_text())
@@ -109,7 +109,7 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
     # when every op's fastest is its chosen setting, nothing is added
     for op in pts:
         pts[op]["candidates"] = {k: v for k, v in pts[op]["candidates"].items() if "nvidia" not in k}
-    members, _ = layer_members(s, 2, pts, RunDir(tmp_path / "b"))
+    members, _ = block_members(s, 2, pts, RunDir(tmp_path / "b"))
     assert "layer-tp2-ub.fastest_tp2" not in [c.id for c in members]
 
 
@@ -119,7 +119,7 @@ def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_
     written combination is one that Megatron's switches express."""
     import yaml
 
-    from tptune.decide.layer import layer_members
+    from tptune.cli.stages import block_members
     from tptune.te.megatron_flags import block_switches
     from tptune.te.ubcfg import load_preset
 
@@ -135,7 +135,7 @@ def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_
         ring = f"{op}-tp2-ub.te+fprop.ring"
         pts[op] = {"none": _pt(f"{op}-tp2-none", 12.0), "nocomm": _pt(f"{op}-tp2-nocomm", 9.0),
                    "candidates": {ring: _pt(ring, 10.0)}}
-    members, tuned = layer_members(s, 2, pts, RunDir(tmp_path))
+    members, tuned = block_members(s, 2, pts, RunDir(tmp_path))
     ids = [c.id for c in members]
     assert tuned.id == "layer-tp2-ub.tuned_tp2" and "layer-tp2-ub.tuned_other_dgrad_tp2" in ids
     d = tmp_path / "presets"

@@ -5,7 +5,8 @@ import importlib.util
 import pytest
 import yaml
 
-from tptune.te.megatron_flags import (MEGATRON_FIELDS, check_megatron, megatron_flags, overlap_cfgs, switches_for, transformer_config_overrides, write_megatron_flags, write_overlap_yaml, write_transformer_config_yaml)
+from tptune.emit.megatron_switches import write_megatron_flags, write_overlap_yaml, write_transformer_config_yaml
+from tptune.te.megatron_flags import (MEGATRON_FIELDS, check_megatron, megatron_flags, overlap_cfgs, switches_for, transformer_config_overrides)
 from tptune.te.ubcfg import load_preset, validate_ub_cfgs
 
 UB = load_preset("nvidia_bf16_tp2")

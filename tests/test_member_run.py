@@ -137,7 +137,7 @@ def test_member_run_from_rounds(mc):
     assert la["case_s"] == pytest.approx(1.0 + 0.3 + 0.3)
     assert la["rounds"] == 3 and la["held_s"] == pytest.approx(1.0)
     json.dumps(run)                               # run.json must serialise
-    from tptune.decide.analyze import round_costs
+    from tptune.trace.session_tables import round_costs
     costs = round_costs(run)   # each timed iteration at its slowest rank; each round's longest hold
     assert costs["timed_s"] == pytest.approx((2 + 5 + 6 + 4 + 4 + 9 + 7 + 8 + 7) / 1e3)
     assert costs["hold_s"] == pytest.approx((9.0 + 5.0 + 5.0) / 1e3)

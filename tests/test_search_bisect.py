@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from tptune.records.points import make_point
+from tptune.records.point_fields import make_point
 
 from tptune.search.bisect import next_points, result
 

@@ -6,8 +6,10 @@ import yaml
 from tptune.cases import parse_case_id
 from tptune.model.ops import TE_GEMMS, Gemm
 from tptune.te.ubcfg import case_ub_cfgs, load_preset, te_default_ub_cfgs
-from tptune.emit.configs import (chunked_shape_map, decisions_record, write_chunked_cfg, write_decisions_json, write_tp_comm_overlap_cfg, write_ub_cfgs_json)
-from tptune.records.points import make_point
+from tptune.decide.decision_record import decisions_record
+from tptune.decide.file_sets import chunked_shape_map
+from tptune.emit.configs import (write_chunked_cfg, write_decisions_json, write_tp_comm_overlap_cfg, write_ub_cfgs_json)
+from tptune.records.point_fields import make_point
 
 
 def test_overlap_cfg_yaml_loads_back_with_ten_keys(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 
 from tptune.stats.noise import cheaper, compare, compare_points, cost_key, margin, relative_se
 
-from tptune.records.points import make_point
+from tptune.records.point_fields import make_point
 
 
 def pt(case, median, rel=0.002, n=20):

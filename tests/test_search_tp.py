@@ -2,7 +2,7 @@ import pytest
 
 from tptune.search.tp_decision import TpPoints, hides_communication, tp_next, tp_result
 
-from tptune.records.points import make_point
+from tptune.records.point_fields import make_point
 
 
 def pt(case, ms):

@@ -14,6 +14,7 @@ from tptune.stats.session_noise import resolvable_sd
 from tptune.measure.preflight import resolve_here
 from tptune.settings.resolve import deep_merge, load_config_files
 from tptune.cli import calibrate as wc
+from tptune.emit.calibration import write_calibration
 
 
 def _spelled_round(rng, n=1500, spell=300, slow=1.2) -> list[float]:
@@ -93,7 +94,7 @@ def test_calibration_runs_real_sessions_and_writes_an_overlay_the_workflow_accep
     assert all(len(m["rounds"]) == 4 and len(m["rounds"][0]) == 12 for m in members.values())
     assert rec["window_ms"] in (5.0, 40.0) and rec["target_sd"] == pytest.approx(
         wc.target_sd(s.decision.noise_floor, s.timing.max_rounds))
-    js, overlay = wc.write_calibration(rec, tmp_path / "calibration")
+    js, overlay = write_calibration(rec, tmp_path / "calibration")
     assert js.exists() and overlay.read_text().startswith("# tptune calibrate-window on cpu:")
     run_cfg = tmp_path / "run.yaml"
     run_cfg.write_text(yaml.safe_dump(cfg))

@@ -35,10 +35,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from tptune.cases import make_case
+from tptune.measure.preflight import resolve_here
 from tptune.measure.session_spec import SessionSpec
+from tptune.settings.resolve import DEFAULTS, ROOT, load_config_files
 from tptune.stats.session_noise import resolvable_sd
 
 CANDIDATES_MS = (500.0, 750.0, 1000.0, 1500.0)
@@ -103,9 +103,6 @@ def load_sharded(config_files: list[str], shard: int = 1, ops: str | None = None
     """(settings, model, ops) for a one-GPU benchmark: the run config files merged over config/config.yaml,
     the model with TP=``shard``'s per-rank GEMMs (sharded), and the comma-separated ``ops`` (default:
     the run's). Raises ValueError for a shard the model's widths do not divide."""
-    from tptune.measure.preflight import resolve_here
-    from tptune.settings.resolve import DEFAULTS, ROOT, load_config_files
-
     cfg = load_config_files(ROOT / DEFAULTS, *config_files)
     s = resolve_here(cfg, source=", ".join(config_files) or "config/config.yaml", node_tps=[1])   # one GPU
     mc = sharded(s.model, shard) if shard > 1 else s.model
@@ -243,21 +240,6 @@ def not_measured(s, candidates) -> dict:
     return _record(s, candidates, 0, model=s.model.model.name, gpu=None, failed={}, members={}, table=[],
                    reach_ms={}, overhead_s=0.0, window_ms=min(candidates),
                    why="CPU: a round times timing.iters by wall clock and has no window; nothing was measured")
-
-
-def write_calibration(rec: dict, out_dir: Path) -> tuple[Path, Path | None]:
-    """window.json (everything) and, when a window was chosen, window.yaml: the overlay to pass with
-    --configfile after the run's own config."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js = out_dir / "window.json"
-    js.write_text(json.dumps(rec, separators=(",", ":")))
-    if rec["window_ms"] is None:
-        return js, None
-    overlay = out_dir / "window.yaml"
-    overlay.write_text(f"# tptune calibrate-window on {rec.get('gpu') or rec['device']}: {rec['why']}.\n"
-                       + yaml.safe_dump({"timing": {"window_ms": rec["window_ms"]}}, sort_keys=False))
-    return js, overlay
 
 
 def format_table(rec: dict) -> str:

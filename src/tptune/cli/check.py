@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from tptune.errors import ConfigError
+from tptune.te import check
 
 
 def add_check_parser(sub) -> None:
@@ -27,8 +28,6 @@ def add_check_parser(sub) -> None:
 
 
 def cmd_check(a) -> int:
-    from tptune.te import check
-
     cfgs = check.load_ub_cfgs(a.file)
     notes = []
     if a.overrides:

@@ -1,6 +1,8 @@
 """tptune: which tensor-parallel size, and which TP comm overlap config, make a model fastest on this node.
 The run itself is the Snakemake workflow (snakemake --cores N [--configfile my-run.yaml]; README.md);
-these commands check its inputs, read its outputs and check config files, and are the steps its rules run."""
+these commands check its inputs, read its outputs and check config files, and are the steps its rules run.
+Each subcommand imports the stage it runs inside its function: all of them (polars, the decision code, the
+launcher, the report) would add about a second to every step the workflow starts."""
 from __future__ import annotations
 
 import argparse
@@ -12,10 +14,19 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tptune import __version__
+from tptune.cases import parse_case_id
+from tptune.cli.check import add_check_parser
+from tptune.emit.records import write_record
+from tptune.emit.tables import write_table
 from tptune.errors import TptuneError
+from tptune.measure.preflight import resolve_here
 from tptune.records import load
-from tptune.records.files import write_text_atomic
 from tptune.records.run_dir import SESSION_JSON, RunDir
+from tptune.records.run_status import check_run_dir, failed_outputs, run_failures
+from tptune.records.sessions import load_session, load_sessions, recorded_gpu_memory
+from tptune.settings.resolve import is_run_record, load_run_config
+from tptune.trace.cli import analyze_cli
 
 
 def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_tps: list[int] | None = None,
@@ -25,9 +36,6 @@ def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_
     names, and only the TP sizes ``node_tps`` it profiles (default: all). ``calibrated``: a
     ``timing.window_ms: auto`` takes the window of the run's calibration (calibration/window.json beside
     config.json), which measuring cannot do without."""
-    from tptune.measure.preflight import resolve_here
-    from tptune.settings.resolve import is_run_record, load_run_config
-
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     if recorded and not (len(paths) == 1 and is_run_record(paths[0])):
         raise TptuneError(f"{', '.join(map(str, paths))}: expected a run's outputs/<run>/config.json (the workflow "
@@ -98,10 +106,6 @@ def _read_json(path: str | Path, what: str, keys: tuple[str, ...] = ()):
     return obj
 
 
-def _write_json(path: str | Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1, default=str))
-
-
 def _submit_only() -> bool:
     return os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"
 
@@ -124,7 +128,7 @@ def cmd_validate(a) -> int:
 
 def cmd_model(a) -> int:
     s = _settings(a.config, recorded=False)
-    _write_json(a.out, s.model.to_dict())
+    write_record(a.out, s.model.to_dict())
     return 0
 
 
@@ -133,16 +137,12 @@ def cmd_plan(a) -> int:
 
     s = _settings(a.config, recorded=False)
     plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.hardware.as_dict()), s.ops)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plan.write_parquet(out)
-    plan.write_csv(out.with_suffix(".csv"))
+    write_table(plan, a.out, csv=True)
     return 0
 
 
 def cmd_profile(a) -> int:
     """One case alone (no side-by-side partner): for smoke tests and ad-hoc checks."""
-    from tptune.cases import parse_case_id
     from tptune.measure.launch import Launcher
 
     case = parse_case_id(a.case)
@@ -177,7 +177,6 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
     settings ``m`` say (search.measurement), which session.json records. The drift canary opens the
     sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see the
     machine drift over a run, and a bisection step's two points are compared within their session."""
-    from tptune.cases import parse_case_id
     from tptune.measure.launch import Launcher
     from tptune.measure.session_spec import SessionSpec
     from tptune.search.measurement import launcher_op_settings
@@ -200,7 +199,7 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
 
 
 def cmd_analyze_case(a) -> int:
-    from tptune.decide.analyze import analyze_case
+    from tptune.cli.stages import analyze_case
 
     _read_json(a.run_json, "a case's run.json (tptune profile or a session writes it)", ("case", "status"))
     analyze_case(Path(a.run_json), Path(a.out))
@@ -208,7 +207,7 @@ def cmd_analyze_case(a) -> int:
 
 
 def cmd_analyze_session(a) -> int:
-    from tptune.decide.analyze import analyze_session
+    from tptune.cli.stages import analyze_session
 
     _read_json(Path(a.session) / SESSION_JSON, "a session's session.json (--session is the folder holding it)",
                ("runs",))
@@ -221,7 +220,7 @@ def cmd_search_step(a) -> int:
 
     s = _settings(a.config)
     prev = _read_json(a.prev, "the previous search step's record (--prev)") if a.prev else None
-    _write_json(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a).root))
+    write_record(a.out, step_record(s, a.op, a.tp, a.dim, a.step, prev, _run_dir(a).root))
     return 0
 
 
@@ -251,20 +250,19 @@ def cmd_measure_point(a) -> int:
 
 
 def cmd_tp_point(a) -> int:
-    from tptune.decide.points import tp_point
-    from tptune.records.sessions import load_session
+    from tptune.decide.tp_point import tp_point
 
     s = _settings(a.config)
     run = _run_dir(a)
-    _write_json(a.out, tp_point(s, a.op, a.tp, load.tp_results(run, a.op, a.tp),
+    write_record(a.out, tp_point(s, a.op, a.tp, load.tp_results(run, a.op, a.tp),
                                 load_session(run.point_session(a.op, a.tp))))
     return 0
 
 
 def cmd_layer(a) -> int:
     """The layer stage of one TP: measure the block session (unless --no-measure), write its record."""
-    from tptune.decide.layer import layer_members, layer_record, write_layer
-    from tptune.records.sessions import load_session
+    from tptune.cli.stages import block_members
+    from tptune.decide.layer import layer_record
     from tptune.search.measurement import layer_measurement
 
     run = _run_dir(a)
@@ -273,37 +271,36 @@ def cmd_layer(a) -> int:
     else:
         s, m = _settings(a.config), None
     points = {op: load.tp_point(run, op, a.tp) for op in s.ops}
-    members, tuned = layer_members(s, a.tp, points, run)
+    members, tuned = block_members(s, a.tp, points, run)
     if a.measure:
         m = {**m, "members": [c.id for c in members], "always": [tuned.id]}
         _measure_session(s, m, members, run, run.layer_session(a.tp), presets_dir=run.presets)
-    write_layer(Path(a.out), layer_record(s, a.tp, load_session(run.layer_session(a.tp)), tuned.id))
+    write_record(Path(a.out), layer_record(s, a.tp, load_session(run.layer_session(a.tp)), tuned.id))
     return 0
 
 
 def cmd_tp_step(a) -> int:
     from tptune.decide.tp import memory_floor, tp_step
-    from tptune.decide.points import with_verdict
-    from tptune.records.sessions import recorded_gpu_memory
+    from tptune.decide.tp_point import with_verdict
 
     s = _settings(a.config)
     run = _run_dir(a)
     points = {pt["tp"]: with_verdict(pt, load.point_analysis(run, pt["op"], pt["tp"]))
               for pt in (_read_json(p, "a TP point's point.json (--points)", ("tp",)) for p in a.points)}
-    _write_json(a.out, tp_step(s, a.op, a.tp, points, memory_floor(s, recorded_gpu_memory(run))))
+    write_record(a.out, tp_step(s, a.op, a.tp, points, memory_floor(s, recorded_gpu_memory(run))))
     return 0
 
 
 def cmd_decide(a) -> int:
-    from tptune.decide.answer import decide
+    from tptune.cli.stages import answer
 
     s = _settings(a.config)
-    decide(s, _run_dir(a), [Path(p) for p in a.decisions])
+    answer(s, _run_dir(a), [Path(p) for p in a.decisions])
     return 0
 
 
 def cmd_collect(a) -> int:
-    from tptune.decide.analyze import collect
+    from tptune.cli.stages import collect
 
     collect(_run_dir(a), [Path(p) for p in a.sessions], Path(a.out))
     return 0
@@ -318,7 +315,7 @@ def cmd_report(a) -> int:
 
 
 def cmd_join_json(a) -> int:
-    _write_json(a.out, [_read_json(p, "a JSON file") for p in a.inputs])
+    write_record(a.out, [_read_json(p, "a JSON file") for p in a.inputs])
     return 0
 
 
@@ -342,7 +339,7 @@ def cmd_verify(a) -> int:
                      ops=a.ops, out_dir=a.work_dir, pairs=[tuple(x) for x in a.pair or []])
     print(format_table(res))
     if a.json:
-        _write_json(a.json, res)
+        write_record(a.json, res)
     bad = [r for sess in [res["block"], *(res.get("ops") or {}).values()] for r in sess["rows"]
            if r["status"] != "ok" or r["numerics"] is False]
     return 1 if bad else 0
@@ -352,7 +349,8 @@ def cmd_calibrate_window(a) -> int:
     """Choose timing.window_ms for this machine (window_calibration) and write the overlay to use it; with
     --run-config, the workflow's calibrate_window rule (timing.window_ms: auto)."""
     from tptune.measure.launch import Launcher
-    from tptune.cli.calibrate import (analyse, calibrate, format_table, load_sharded, not_measured, write_calibration)
+    from tptune.cli.calibrate import analyse, calibrate, format_table, load_sharded, not_measured
+    from tptune.emit.calibration import write_calibration
 
     if a.source:
         try:
@@ -400,8 +398,6 @@ def cmd_calibrate_window(a) -> int:
 def cmd_failed(a) -> int:
     """The measuring outputs of the sessions with a failed setting, for snakemake -R (run_status): a
     setting is re-measured with the settings it is compared to, never alone."""
-    from tptune.records.run_status import failed_outputs
-
     for f in failed_outputs(Path(a.run_dir)):
         print(f)
     return 0
@@ -410,10 +406,6 @@ def cmd_failed(a) -> int:
 def cmd_check_run(a) -> int:
     """The workflow's last job: the run ends non-zero when a stage had no successful member (the report,
     written before, says which at its top)."""
-    from tptune.records.run_status import check_run_dir, run_failures
-
-    from tptune.records.sessions import load_sessions
-
     run_dir = check_run_dir(a.run_dir)
     stages = run_failures(load_sessions(run_dir))["stages"]
     for st in stages:
@@ -423,7 +415,7 @@ def cmd_check_run(a) -> int:
         print(f"tptune: {run_dir.report_md} says so at its top; fix the cause, then re-measure with "
               f"snakemake -R $(tptune failed {run_dir})", file=sys.stderr)
         return 1
-    _write_json(a.out, {"ok": True})
+    write_record(a.out, {"ok": True})
     return 0
 
 
@@ -438,8 +430,6 @@ _STEPS: list[str] = []
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tptune import __version__
-
     ap = argparse.ArgumentParser(prog="tptune", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"tptune {__version__}")
@@ -589,7 +579,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_failed)
 
-    from tptune.cli.check import add_check_parser
     add_check_parser(sub)
 
     p = _step(sub, "check-run", "exit 1 when a stage of the run had no successful member")
@@ -609,7 +598,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "analyze":
-        from tptune.trace.cli import analyze_cli
         return analyze_cli(argv[1:])
     args = build_parser().parse_args(argv)
     return args.fn(args)

@@ -3,19 +3,20 @@ sessions with this checkout's decision code: no GPU, nothing measured. A search 
 would have measured something the run did not is reported, not guessed."""
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
+from tptune.cli.stages import analyze_session, answer, collect
+from tptune.decide.layer import layer_record
+from tptune.decide.tp import memory_floor, tp_step
+from tptune.decide.tp_point import tp_point, with_verdict
+from tptune.emit.records import write_record
 from tptune.errors import TptuneError
 from tptune.records import load
 from tptune.records.run_dir import SESSION_JSON, RunDir
 from tptune.records.sessions import load_session, recorded_gpu_memory
-
-
-def _write(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=1, default=str))
-
+from tptune.report.render import render_report
+from tptune.search.steps import dimensions, step_record
 
 def check_recorded(run: RunDir) -> None:
     """Refuse, clearly, a run recorded before side-by-side sessions (nothing here can replay it)."""
@@ -25,21 +26,12 @@ def check_recorded(run: RunDir) -> None:
 
 
 def _analysed(run: RunDir, session_json: Path) -> None:
-    from tptune.decide.analyze import analyze_session
-
     ap = run.session_analysis(session_json.parent)
     if not ap.exists():
         analyze_session(session_json.parent, ap)
 
 
 def rederive(s, run: RunDir) -> list[str]:
-    from tptune.decide.analyze import collect
-    from tptune.decide.answer import decide
-    from tptune.decide.tp import memory_floor, tp_step
-    from tptune.decide.points import tp_point, with_verdict
-    from tptune.report.render import render_report
-    from tptune.search.steps import dimensions, step_record
-
     check_recorded(run)
     notes, finals = [], []
     sessions = []   # as the workflow's collect takes them (rules/common.smk all_sessions): per op, TP, search, step; then the point
@@ -62,36 +54,35 @@ def rederive(s, run: RunDir) -> list[str]:
                                           f"{rec['sessions'][-1]['values']}, the run measured other points")
                     if rec.get("best") != old.get("best"):
                         notes.append(f"{op} TP={tp} {dim}: best {old.get('best')} -> {rec.get('best')}")
-                    _write(recorded, rec)
+                    write_record(recorded, rec)
                     if any(e["step"] == step for e in rec["sessions"]):
                         sessions.append(run.step_session(op, tp, dim, step) / SESSION_JSON)
                     if rec["done"]:
                         break
                     prev, step = rec, step + 1
-                _write(run.search_result(op, tp, dim), rec)
+                write_record(run.search_result(op, tp, dim), rec)
                 results.append(rec)
-            _write(run.tp_results(op, tp), results)
+            write_record(run.tp_results(op, tp), results)
             pt = tp_point(s, op, tp, results, load_session(run.point_session(op, tp)))
-            _write(run.tp_point(op, tp), pt)
+            write_record(run.tp_point(op, tp), pt)
             sessions.append(run.point_session(op, tp) / SESSION_JSON)
             _analysed(run, sessions[-1])          # the trace verdict reads the point's analysis
             # as the workflow's tp_step reads them (cli.cmd_tp_step)
             points[tp] = with_verdict(pt, load.point_analysis(run, op, tp))
             dec = tp_step(s, op, tp, dict(points), mem)
-            _write(run.tp_decision(op, tp), dec)
+            write_record(run.tp_decision(op, tp), dec)
             final = run.tp_decision(op, tp)
         shutil.copy(final, run.op_final(op))
         finals.append(run.op_final(op))
     for sj in sessions:
         _analysed(run, sj)
     collect(run, sessions, run.measurements_parquet)
-    from tptune.decide.layer import layer_record, write_layer
     for lf in run.layer_jsons():   # the block measured the recorded tuned preset
         old = load.read_json(lf)
         rec = layer_record(s, old["tp"], load_session(run.layer_session(old["tp"])), old["tuned"])
         if rec["winner"] != old.get("winner"):
             notes.append(f"layer TP={old['tp']}: block winner {old.get('winner')} -> {rec['winner']}")
-        write_layer(lf, rec)
-    decide(s, run, finals)
+        write_record(lf, rec)
+    answer(s, run, finals)
     render_report(s, run, run.report_md)
     return notes

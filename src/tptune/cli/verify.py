@@ -25,13 +25,24 @@ from pathlib import Path
 import yaml
 
 from tptune.cases import make_case
+from tptune.decide.layer import numerics_row
 from tptune.errors import ConfigError
+from tptune.measure.launch import Launcher
+from tptune.measure.preflight import resolve_here
+from tptune.measure.session_spec import SessionSpec
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session
+from tptune.search.steps import canary_case
+from tptune.settings.resolve import DEFAULTS, ROOT, deep_merge, load_config_files
+from tptune.stats.noise import compare_points
+from tptune.stats.numerics import summary_text
+from tptune.te.check import resolve_switches, switches_from_flags, switches_from_overrides
+from tptune.te.megatron_flags import MEGATRON_FIELDS
+from tptune.te.ubcfg import validate_ub_cfgs
 
 
 def load_user_cfg(path: str | Path) -> dict:
     """A --tp-comm-overlap-cfg YAML as a validated partial ub_cfgs; ConfigError naming what is wrong."""
-    from tptune.te.ubcfg import validate_ub_cfgs
-
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
@@ -47,9 +58,6 @@ def load_user_cfg(path: str | Path) -> dict:
 
 
 def verify_settings(model: str, tp: int, workload: dict, config_files: list[str], layers: int):
-    from tptune.measure.preflight import resolve_here
-    from tptune.settings.resolve import DEFAULTS, ROOT, deep_merge, load_config_files
-
     cfg = load_config_files(ROOT / DEFAULTS, *config_files)
     cfg = deep_merge(cfg, {"model": str(model), "workload": {k: v for k, v in workload.items() if v is not None},
                            "tp_sizes": [tp], "run": f"verify-tp{tp}", "layer": {"num_layers": layers}})
@@ -60,9 +68,6 @@ def verify_settings(model: str, tp: int, workload: dict, config_files: list[str]
 def pair_switches_from(path: str | Path) -> dict[str, bool]:
     """The eight switches of a pair's overrides YAML or megatron_flags.txt (te.check's loaders: Megatron's
     defaults under those given)."""
-    from tptune.te.check import resolve_switches, switches_from_flags, switches_from_overrides
-    from tptune.te.megatron_flags import MEGATRON_FIELDS
-
     load = switches_from_flags if str(path).endswith(".txt") else switches_from_overrides
     sw = resolve_switches(load(path))
     return {k: bool(sw[k]) for k in MEGATRON_FIELDS}
@@ -73,14 +78,6 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
                out_dir: str | Path | None = None, pairs: list[tuple[str, str]] = ()) -> dict:
     """``pairs``: (ub_cfgs yaml, TransformerConfig overrides yaml) built as written, consistent or not:
     the block shows what Megatron + TE do with that pair (its numerics tell a corrupting one)."""
-    from tptune.measure.launch import Launcher
-    from tptune.measure.session_spec import SessionSpec
-    from tptune.stats.noise import compare_points
-    from tptune.search.steps import canary_case
-    from tptune.records.run_dir import RunDir
-    from tptune.records.sessions import load_session
-    from tptune.decide.layer import numerics_row
-
     s = verify_settings(model, tp, workload or {}, list(config_files), layers)
     users = {f"user{i + 1}": (Path(f), load_user_cfg(f)) for i, f in enumerate(cfg_files)}
     pair_switches = {}
@@ -147,8 +144,6 @@ def _r(cmp: dict | None) -> str:
 
 def _errs(row: dict) -> str:
     """"1.48% (1.00x) / 2.54% (1.00x) / 1.2% (1.01x)" of a row's numerics against the fp32 block."""
-    from tptune.stats.numerics import summary_text
-
     return summary_text(((row.get("errors") or {}).get("summary")) or {}, times="x") or "–"
 
 

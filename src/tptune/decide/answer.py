@@ -1,11 +1,21 @@
-"""The run's answer: each op's choice, the model TP, the layer stage's block winner, and the files written
-(decisions.json, and through decide.files one coherent set of files per TP that users load)."""
+"""The run's answer: each op's choice, the model TP, the layer stage's block winner, and the files to
+write (decisions.json's records and meta, and through decide.file_sets one coherent set of files per TP
+that users load); emit writes them."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from tptune.cases import parse_case_id
-from tptune.decide.points import (
+from tptune.decide.decision_record import decisions_record
+from tptune.decide.file_sets import FileSets, file_sets
+from tptune.decide.summary import (
+    block_host_warning,
+    measurement_summary,
+    summed_efficiency,
+)
+from tptune.decide.tp import apply_floor, memory_floor, model_tp, settle_undecided
+from tptune.decide.tp_point import (
     best_at,
     knob_summary,
     pooled_pairs,
@@ -13,14 +23,6 @@ from tptune.decide.points import (
     tied_with,
     with_verdict,
 )
-from tptune.decide.summary import (
-    block_host_warning,
-    measurement_summary,
-    summed_efficiency,
-)
-from tptune.decide.files import write_sets
-from tptune.decide.tp import settle_undecided, apply_floor, memory_floor, model_tp
-from tptune.emit import configs as emit
 from tptune.records import load
 from tptune.records.run_dir import RunDir, layer_session_name
 from tptune.records.sessions import Session, load_pooled_with, load_sessions, named, recorded_gpu_memory
@@ -29,6 +31,15 @@ from tptune.stats.efficiency import Efficiency, op_efficiency
 from tptune.stats.finalists import finalists
 from tptune.stats.noise import compare_points
 from tptune.stats.pooled import block_pooled
+
+
+@dataclass(frozen=True)
+class Answer:
+    """decisions.json's ``records`` ({op: record}) and ``meta`` (meta["files"] is ``file_sets.record``),
+    and the file sets to write."""
+    records: dict[str, dict]
+    meta: dict
+    file_sets: FileSets
 
 
 def recorded_points(run: RunDir, op: str, tps) -> dict[int, dict]:
@@ -55,10 +66,10 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
                            f"fastest there: {winner['case']}")}
     else:
         config = setting_of(case)
-    rec = emit.decisions_record(op, tp=chosen, config=config, winner=winner, runner_up=runner_up,
-                                tp_evidence=final.get("evidence", []), comparisons=comparisons,
-                                searches={f"tp{tp}/{d}": v.get("path") or [] for tp, p in points.items()
-                                          for d, v in p["searches"].items()}, floor=floor)
+    rec = decisions_record(op, tp=chosen, config=config, winner=winner, runner_up=runner_up,
+                           tp_evidence=final.get("evidence", []), comparisons=comparisons,
+                           searches={f"tp{tp}/{d}": v.get("path") or [] for tp, p in points.items()
+                                     for d, v in p["searches"].items()}, floor=floor)
     rec["session"] = at.get("session")
     rec["rounds"] = at.get("rounds")
     knobs = {str(tp): knob_summary(p["searches"]["knobs"]) for tp, p in points.items() if "knobs" in p["searches"]}
@@ -78,7 +89,7 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
     return rec
 
 
-def decide(s: Settings, run: RunDir, final_files: list[Path]) -> dict:
+def decide(s: Settings, run: RunDir, final_files: list[Path]) -> Answer:
     floor = s.decision.noise_floor
     sessions = load_sessions(run)
     records, points_by_op = {}, {}
@@ -118,6 +129,6 @@ def decide(s: Settings, run: RunDir, final_files: list[Path]) -> dict:
             rec["pooled"] = block_pooled(rec, own, load_pooled_with(run, rec["tp"], rec["tuned"]))
         meta["layer"] = {str(t): rec for t, rec in layer.items()}
         block_host_warning(meta["measurement"], layer)
-    meta["files"] = write_sets(s, run, points_by_op, layer, all_tps, meta)
-    emit.write_decisions_json(run.decisions_json, records.values(), meta)
-    return records
+    sets = file_sets(s, run, points_by_op, layer, all_tps, meta)
+    meta["files"] = sets.record
+    return Answer(records, meta, sets)

@@ -17,21 +17,20 @@ above 1), within the margin or not; otherwise the tuned one stays.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
-from pathlib import Path
-
-import yaml
+from dataclasses import dataclass
 
 from tptune.cases import Case, make_case, parse_case_id
+from tptune.decide.tp_point import slim, ub_cfgs_at
 from tptune.model.ops import COLUMN_OPS
-from tptune.records.points import point_median
-from tptune.records.run_dir import RunDir
+from tptune.records.point_fields import point_median
 from tptune.records.sessions import Session
 from tptune.stats.host_evidence import summary as host_summary
 from tptune.stats.noise import compare_points
+from tptune.stats.numerics import describe_failure
 from tptune.stats.wording import classify_ratio
-from tptune.te.ubcfg import PRESETS_DIR, preset_environment
+from tptune.te.megatron_flags import block_switches, op_mode
+from tptune.te.ubcfg import PRESETS_DIR, case_ub_cfgs, op_entries, preset_environment
 
 
 def block_layers(m, n: int) -> list[str]:
@@ -60,9 +59,15 @@ def other_mode_preset(tp: int) -> str:
     return f"tuned_other_dgrad_tp{tp}"
 
 
-def _megatron_expressible(cfgs: dict) -> bool:
-    from tptune.te.megatron_flags import block_switches
+@dataclass(frozen=True)
+class BlockPreset:
+    """A combination the block measures, as the run's preset ``name`` (emit.presets writes it)."""
+    name: str
+    ub_cfgs: dict
+    header: tuple[str, ...]   # the title, then the notes
 
+
+def _megatron_expressible(cfgs: dict) -> bool:
     try:
         block_switches(cfgs)
     except ValueError:
@@ -72,9 +77,6 @@ def _megatron_expressible(cfgs: dict) -> bool:
 
 def _dgrad_mode(case_id: str, wl: str) -> str | None:
     """"bulk" or "rs_dgrad" for a userbuffers setting of a column op, else None."""
-    from tptune.te.megatron_flags import op_mode
-    from tptune.te.ubcfg import case_ub_cfgs, op_entries
-
     c = parse_case_id(case_id)
     if c.variant.kind != "ub" or c.op not in COLUMN_OPS:
         return None
@@ -85,8 +87,6 @@ def per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> lis
     """[(estimate ms, mode, ub_cfgs, notes)]: per dgrad mode in which every measured column op has a
     userbuffers setting, the per-op choices with the column ops' candidates restricted to that mode.
     The estimate sums the column ops' fastest median in that mode."""
-    from tptune.decide.points import ub_cfgs_at
-
     wl = s.model.workload.ub_rules
     modes = {op: {cid: _dgrad_mode(cid, wl) for cid in pts[tp]["candidates"]}
              for op, pts in by_op.items() if op in COLUMN_OPS and tp in pts}
@@ -111,23 +111,19 @@ def per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> lis
     return out
 
 
-def _write_preset(d: Path, name: str, cfgs: dict, notes: list[str], title: str) -> None:
-    head = "".join(f"# {n}\n" for n in [title] + notes)
-    (d / f"{name}.yaml").write_text(head + yaml.safe_dump(cfgs, sort_keys=False, default_flow_style=None))
+def _preset(name: str, cfgs: dict, notes: list[str], title: str) -> BlockPreset:
+    return BlockPreset(name, cfgs, (title, *notes))
 
 
-def layer_members(s, tp: int, points_by_op: dict[str, dict], run: RunDir) -> tuple[list[Case], Case]:
-    """The block session's settings and the tuned one among them; writes the tuned preset (te) to the
-    run's presets/."""
+def layer_members(s, tp: int, points_by_op: dict[str, dict]) -> tuple[list[Case], Case, list[BlockPreset]]:
+    """The block session's settings, the tuned one among them, and the presets (te) they name, which the
+    run's presets/ must hold before the block is measured."""
+    block_presets = []
     if s.backend == "te":
-        from tptune.decide.points import ub_cfgs_at
-
         by_op = {op: {tp: p} for op, p in points_by_op.items()}
         floor = s.decision.noise_floor
         cfgs, notes = ub_cfgs_at(s, by_op, tp, floor)
         fast, fast_notes = ub_cfgs_at(s, by_op, tp, floor, fastest=True)
-        d = run.presets
-        d.mkdir(parents=True, exist_ok=True)
         other = None       # (mode, ub_cfgs, notes) of the other dgrad mode's combination
         if not _megatron_expressible(cfgs):
             # qkv and fc1 chose different dgrad modes, which one Megatron switch cannot give: the block
@@ -140,17 +136,17 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run: RunDir) -> tup
                 other = rest[0][1:]
         if not _megatron_expressible(fast):   # every combination _per_mode_combos returns is
             _, _, fast, fast_notes = per_mode_combos(s, by_op, tp, floor, fastest=True)[0]
-        _write_preset(d, tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:")
+        block_presets.append(_preset(tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:"))
         presets = s.search.te_presets
         variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
         if other is not None:
             omode, ocfgs, onotes = other
-            _write_preset(d, other_mode_preset(tp), ocfgs, onotes,
-                          f"tuned combination at TP={tp} with every column op's dgrad {omode}, per op:")
+            block_presets.append(_preset(other_mode_preset(tp), ocfgs, onotes,
+                                         f"tuned combination at TP={tp} with every column op's dgrad {omode}, per op:"))
             variants.append(f"ub.{other_mode_preset(tp)}")
         if fast != cfgs and (other is None or fast != other[1]):
-            _write_preset(d, fastest_preset(tp), fast, fast_notes,
-                          f"fastest combination at TP={tp} (each op's fastest userbuffers setting by estimate):")
+            block_presets.append(_preset(fastest_preset(tp), fast, fast_notes, f"fastest combination at TP={tp} "
+                                         "(each op's fastest userbuffers setting by estimate):"))
             variants.append(f"ub.{fastest_preset(tp)}")
         tuned = make_case("layer", tp, f"ub.{tuned_preset(tp)}")
     else:
@@ -159,7 +155,7 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict], run: RunDir) -> tup
         n = Counter(chunks).most_common(1)[0][0] if chunks else 2
         variants = ["none", "nocomm", f"chunked.n{n}"]
         tuned = make_case("layer", tp, f"chunked.n{n}")
-    return [make_case("layer", tp, v) for v in dict.fromkeys(variants)], tuned
+    return [make_case("layer", tp, v) for v in dict.fromkeys(variants)], tuned, block_presets
 
 
 def recipe_environment(case_id: str) -> dict[str, str]:
@@ -173,8 +169,6 @@ def recipe_environment(case_id: str) -> dict[str, str]:
 
 def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
     """The block-level comparison of one TP from its recorded block ``session``."""
-    from tptune.decide.points import slim
-
     sess, runs = session.record, session.points
     pts = {c: slim(p) for c, p in runs.items()}
     floor = s.decision.noise_floor
@@ -245,8 +239,6 @@ def numerics_row(res: dict | None) -> dict | None:
     failed and by how much, and per tensor (output, input gradient, worst weight gradient) the relative
     L2 error and max |diff| against the higher-precision block beside no overlap's. A run measured
     before stats.numerics (TE's pairwise criterion) keeps its verdict and says so."""
-    from tptune.stats.numerics import describe_failure
-
     if not res:
         return None
     if "factor_l2" not in res:
@@ -272,7 +264,3 @@ def _unbeaten(rows: list[dict], tuned_id: str) -> str:
 def _iv(r: dict) -> str:
     return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], {r['rounds']} rounds"
 
-
-def write_layer(path: Path, rec: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rec, indent=1))

@@ -2,10 +2,11 @@
 host-behind settings, stepped batches, the block's host evidence, the capped efficiency of the model."""
 from __future__ import annotations
 
-from tptune.decide.points import STEP_FACTOR
+from tptune.decide.tp_point import STEP_FACTOR
 from tptune.records.sessions import Session
 from tptune.stats import session_noise
 from tptune.stats.efficiency import model_efficiency
+from tptune.stats.rounds import drift
 
 
 def summed_efficiency(records: dict, points_by_op: dict) -> dict:
@@ -49,8 +50,6 @@ def measurement_summary(sessions: list[Session], points_by_op: dict, floor: floa
     re-measured at every session's start), the noise of rounds within sessions against what the round
     budget can resolve (stats.session_noise), bound faults, ops whose host launch time reaches their
     GPU time, and batches where the host did not stay ahead. ``device`` names the remedy (cuda | cpu)."""
-    from tptune.stats.rounds import drift
-
     canaries = []
     for sess in sessions:
         c = sess.record.get("canary")

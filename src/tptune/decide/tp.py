@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 
-from tptune.decide.points import best_at
-from tptune.records.points import point_median
+from tptune.decide.tp_point import best_at
+from tptune.errors import TptuneError
+from tptune.model.memory import gpu_memory_bytes, tp_floor
+from tptune.records.point_fields import make_point, point_median
 from tptune.search import tp_decision
 from tptune.settings.resolve import Settings
+from tptune.stats.rounds import point_rounds
 
 
 def _tp_rules(s: Settings) -> dict:
@@ -20,8 +23,6 @@ def _tp_rules(s: Settings) -> dict:
 def tp_floor_for(s: Settings, *, recorded_gib: float | None = None) -> dict:
     """model.memory.tp_floor for this run (its model, tp_sizes, parallel, hardware, gpus_per_node and
     decision.min_tp)."""
-    from tptune.model.memory import gpu_memory_bytes, tp_floor
-
     node = s.gpus_per_node
     mem = gpu_memory_bytes(s.hardware.as_dict(), s.device, recorded_gib=recorded_gib, ranks_per_host=node)
     return tp_floor(s.model, s.tp_sizes, s.parallel.as_dict(), mem, node, s.decision.min_tp)
@@ -131,7 +132,6 @@ def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], floor: dict 
         later = [t for t in s.tp_sizes if max(points) < t <= ft]
         nxt = later[0] if later else None
     if nxt is not None and nxt <= tp:
-        from tptune.errors import TptuneError
         raise TptuneError(f"{op} TP={tp}: the TP decision asks for TP={nxt} next, not above TP={tp}")
     rec = {"op": op, "tp": tp, "next": nxt, "measured_tps": sorted(points)}
     if nxt is None:
@@ -146,9 +146,6 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
     ops' rounds, round k of each op's point session (the rounds in which that op's none, bound and
     fastest setting were all measured), so the sums of two references stay paired round by round and
     the interval of their ratio carries every op's round-to-round noise."""
-    from tptune.records.points import make_point
-    from tptune.stats.rounds import point_rounds
-
     chosen, total = [], 0.0
     for pts in points_by_op.values():
         p = pts[tp]

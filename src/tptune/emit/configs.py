@@ -1,6 +1,5 @@
 """Writers of the tuner's outputs: Megatron/TE overlap config, ub_cfgs JSON, the Megatron-Bridge /
-NeMo 2 overlap module, the torch backend's per-shape chunk map (seed 004 style) and per-op decision
-records for decisions.json."""
+NeMo 2 overlap module, the torch backend's per-shape chunk map (seed 004 style) and decisions.json."""
 from __future__ import annotations
 
 import json
@@ -11,10 +10,9 @@ import yaml
 
 from tptune import __version__
 from tptune.cases import BOOL_KNOBS
-from tptune.model.ops import TE_GEMMS, Gemm
-from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points, margin
-from tptune.records.points import INF, point_case, point_median
-from tptune.te.ubcfg import METHOD_KNOBS, validate_ub_cfgs
+from tptune.model.ops import TE_GEMMS
+from tptune.te.megatron_flags import transformer_config_overrides
+from tptune.te.ubcfg import METHOD_DEFAULTS, METHOD_KNOBS, validate_ub_cfgs
 
 
 def te_ub_cfgs(per_gemm: dict, workload: str = "bf16") -> dict[str, dict]:
@@ -136,9 +134,6 @@ def bridge_overlap_source(per_gemm: dict, switches: Mapping[str, bool] | None = 
     ``model_overrides`` (the TransformerConfig fields the overlap needs: ``switches`` as
     megatron_flags.transformer_config_overrides writes them) and ``ub_cfgs()``. Every knob is explicit:
     TE's default for the method where the config leaves it out, fp8_buf on a pipeline GEMM."""
-    from tptune.te.megatron_flags import transformer_config_overrides
-    from tptune.te.ubcfg import METHOD_DEFAULTS
-
     cfgs = te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16")
     lines = []
     for name in TE_GEMMS:
@@ -186,27 +181,6 @@ def write_bridge_overlap_py(path: str | Path, per_gemm: dict, switches: Mapping[
     return path
 
 
-def chunked_shape_map(choices: Mapping[Gemm, int] | Iterable[tuple[Gemm, int]]) -> dict:
-    """Seed 004's ``{"customized_cc": {"[m, k, n]": chunks}}``, keyed by the unsplit per-rank GEMM
-    shape (Gemm.shape_key); 1 turns the overlap off for that shape. GEMMs without a collective are
-    left out. Two GEMMs of one shape with different chunk counts cannot be expressed: ValueError."""
-    items = choices.items() if isinstance(choices, Mapping) else choices
-    out: dict[str, int] = {}
-    owner: dict[str, Gemm] = {}
-    for g, n in items:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{g.op}_{g.gemm}: chunk count must be an integer >= 1, got {n!r}")
-        if g.collective == "none":
-            continue
-        key = g.shape_key
-        if key in out and out[key] != n:
-            o = owner[key]
-            raise ValueError(f"shape {key}: {o.op}_{o.gemm} wants {out[key]} chunks, "
-                             f"{g.op}_{g.gemm} wants {n}; one shape takes one chunk count")
-        out[key], owner[key] = n, g
-    return {"customized_cc": out}
-
-
 def write_chunked_cfg(path: str | Path, shape_map: dict, notes: Iterable[str] = ()) -> Path:
     """cc_cfg.yaml-style file holding a chunked_shape_map (shape keys quoted, as seed 004 requires)."""
     path = Path(path)
@@ -215,63 +189,9 @@ def write_chunked_cfg(path: str | Path, shape_map: dict, notes: Iterable[str] = 
     return path
 
 
-def decisions_record(op: str, *, tp: int, config: dict | None, winner: dict | None,
-                     runner_up: dict | None = None, tp_evidence: Iterable[dict] = (),
-                     comparisons: Iterable[dict] = (), searches: Mapping[str, list] | None = None,
-                     floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K) -> dict:
-    """One op's entry of decisions.json: chosen TP and config, the winning and runner-up points, the
-    noise margin between them and how much faster the winner was, the evidence records (TP rule,
-    comparisons, bisection paths) and every case id they cite."""
-    comparisons, tp_evidence = list(comparisons), list(tp_evidence)
-    searches = dict(searches or {})
-    rec = {
-        "op": op, "tp": tp, "config": config,
-        "winner": _summary(winner), "runner_up": _summary(runner_up),
-        "margin": margin(winner, runner_up, floor, k) if runner_up is not None else None,
-        "win_by": _win_by(winner, runner_up),
-        "vs_runner_up": (compare_points(winner, runner_up, floor=floor, k=k, tie="a").to_dict()
-                         if winner is not None and runner_up is not None else None),
-        "tp_evidence": tp_evidence, "comparisons": comparisons, "searches": searches,
-    }
-    rec["evidence_cases"] = sorted(_case_ids([winner, runner_up, tp_evidence, comparisons, searches]))
-    return rec
-
-
 def write_decisions_json(path: str | Path, records: Iterable[dict], meta: Mapping | None = None) -> Path:
     """decisions.json: {"meta": ..., "ops": {op: record}} (no NaN/inf: failed times are null)."""
     path = Path(path)
     doc = {"meta": dict(meta or {}), "ops": {r["op"]: r for r in records}}
     path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return path
-
-
-def _summary(point: dict | None) -> dict | None:
-    if point is None:
-        return None
-    t = point_median(point)
-    return {"case": point_case(point), "median_ms": None if t == INF else t}
-
-
-def _win_by(winner: dict | None, runner_up: dict | None) -> float | None:
-    """(runner-up - winner) / runner-up: the winner's relative gain."""
-    a, b = point_median(winner), point_median(runner_up)
-    if winner is None or runner_up is None or INF in (a, b) or b == 0:
-        return None
-    return (b - a) / b
-
-
-def _case_ids(obj) -> set[str]:
-    """Every string under a "case" key, or in a "cases" list, anywhere in ``obj``."""
-    found: set[str] = set()
-    if isinstance(obj, Mapping):
-        for key, v in obj.items():
-            if key == "case" and isinstance(v, str):
-                found.add(v)
-            elif key == "cases" and isinstance(v, list):
-                found.update(x for x in v if isinstance(x, str))
-            else:
-                found |= _case_ids(v)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            found |= _case_ids(v)
-    return found

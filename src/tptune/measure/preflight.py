@@ -10,6 +10,7 @@ from pathlib import Path
 from tptune.errors import ConfigError
 from tptune.measure.gpupool import available_ids, slurm_allocation
 from tptune.settings.resolve import Host, Settings, resolve
+from tptune.te.fp8 import device_capability, recipe_device_problem
 
 
 def te_available() -> bool:
@@ -22,7 +23,6 @@ def probe_host(check_hardware: bool = True) -> Host:
     gpu_ids = tuple(available_ids())
     capability = None
     if gpu_ids and check_hardware:
-        from tptune.te.fp8 import device_capability
         capability = device_capability()
     return Host(gpu_ids=gpu_ids, te_available=te_available(), capability=capability)
 
@@ -59,7 +59,6 @@ def host_problems(s: Settings, host: Host, tps: list[int]) -> list[str]:
                    "on a submit host without them set TPTUNE_SUBMIT_ONLY=1)")
     out.extend(node_problems(tps, list(host.gpu_ids), s.launcher.cpu_slots))
     if host.capability is not None and s.model.workload.is_fp8 and s.backend == "te":
-        from tptune.te.fp8 import recipe_device_problem
         why = recipe_device_problem(s.model.workload.recipe, capability=host.capability, gpu=s.hardware.gpu)
         if why:
             out.append(f"field 'workload.recipe': {why}")

@@ -41,7 +41,9 @@ emulation: it then runs every GEMM in bf16 (``TORCH_DTYPES["fp8"]`` is bf16) and
 """
 from __future__ import annotations
 
+import difflib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,8 +385,6 @@ def _fp8_fields(wl: dict, dtype: str | None, problems: list[str]) -> tuple:
 
 def gpu_capability(name: str | None) -> tuple[int, int] | None:
     """Compute capability a GPU name implies (hardware.gpu, a device string); None if unknown."""
-    import re
-
     if not name:
         return None
     low = str(name).lower()
@@ -540,8 +540,6 @@ MEGATRON_KEYS = _SPEC_KEYS + _ALIAS_KEYS + _TOP_KEYS + IGNORED_MEGATRON_KEYS
 
 
 def _nearest(key: str, known) -> str:
-    import difflib
-
     near = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
     return f" (did you mean '{near[0]}'?)" if near else ""
 
@@ -580,8 +578,6 @@ def _attention(raw: dict, problems: list[str], hidden, heads, groups_keys, kv_ke
 
 def _moe_freq(value, layers: int | None, problems: list[str]):
     """Megatron's moe_layer_freq: an int k, a list of 0/1 per layer, or the string "([0]*3+[1]*58)"."""
-    import re
-
     if isinstance(value, str):
         parts = re.findall(r"\[\s*([01])\s*\]\s*\*\s*(\d+)", value)
         if not parts or re.sub(r"[\s()+]|\[\s*[01]\s*\]\s*\*\s*\d+", "", value):

@@ -2,6 +2,7 @@
 never half of one), and under a lock file that names the process holding it."""
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 from typing import IO
@@ -27,8 +28,6 @@ def take_lock(path: Path) -> tuple[IO | None, str]:
     """Take the exclusive lock on ``path`` without waiting: (the open file, now naming this process's
     pid, "") while held; or (None, the holder's pid as it wrote it, "?" if none) when another holds it.
     Closing the file (or the process ending) releases the lock."""
-    import fcntl
-
     fh = open(path, "a+")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -188,7 +188,7 @@ class RunDir:
         return self.figures / f"timeline-{case_id}.png"
 
     def file(self, name: str) -> Path:
-        """A file users load, by its name (decide.files names them: tp_comm_overlap_cfg.tp2.yaml, ...)."""
+        """A file users load, by its name (decide.file_sets names them: tp_comm_overlap_cfg.tp2.yaml, ...)."""
         return self.root / name
 
     def files(self, pattern: str) -> list[Path]:

@@ -2,6 +2,7 @@
 parse time or in a dry run (docs/run-integrity.md)."""
 from __future__ import annotations
 
+from tptune.errors import TptuneError
 from tptune.records.files import take_lock, write_text_atomic
 from tptune.records.run_dir import RunDir
 
@@ -12,8 +13,6 @@ def start_run(run: RunDir, text: str) -> None:
     """Snakemake's onstart (after its lock, never in a dry run): hold the run's lock for the life of this
     process, then write the resolved config where it changed. Another invocation running this run
     holds the lock: refused, with nothing written (its jobs read this config.json)."""
-    from tptune.errors import TptuneError
-
     global _RUN_LOCK
     config_json = run.config_json
     try:

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from tptune.cases import parse_case_id
-from tptune.decide.files import ALL_FILES
+from tptune.decide.file_sets import ALL_FILES
 from tptune.model.ops import OPS
 from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency

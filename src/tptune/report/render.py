@@ -7,6 +7,7 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
+from tptune.model.memory import markdown_table
 from tptune.report.card import answer_card, evidence_tp, plot_summary, summary_rows
 from tptune.cases import parse_case_id
 from tptune.stats.efficiency import Efficiency
@@ -18,6 +19,7 @@ from tptune.records.run_dir import RunDir
 from tptune.records.run_status import run_failures
 from tptune.records.sessions import Session, load_sessions, named
 from tptune.settings.resolve import Settings
+from tptune.trace import plot_timeline
 
 TEMPLATES = Path(__file__).parents[1] / "templates"
 
@@ -63,8 +65,6 @@ def _ratio(r: dict | None) -> str:
 
 
 def _memory_md(floor: dict | None) -> str:
-    from tptune.model.memory import markdown_table
-
     return markdown_table(floor) if floor else "Memory not checked."
 
 
@@ -78,8 +78,6 @@ def _point_rows(meas: pl.DataFrame) -> pl.DataFrame:
 
 
 def _timeline(run: RunDir, case_id: str) -> str | None:
-    from tptune.trace import plot_timeline
-
     case = parse_case_id(case_id)
     trace = run.point_session(case.op, case.tp) / case.dir_name / "trace.rank0.json.gz"
     if not trace.exists():

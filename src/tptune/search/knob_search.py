@@ -14,11 +14,15 @@ import math
 from pathlib import Path
 
 from tptune.cases import make_case, parse_case_id
-from tptune.records.points import point_summary
+from tptune.records.point_fields import point_summary
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session
 from tptune.search.knobs import Session, plan_next, plan_result
 from tptune.settings.resolve import Settings
+from tptune.stats.noise import compare_points
+from tptune.stats.rounds import center
 from tptune.te.methods import grid_size
-from tptune.te.ubcfg import case_ub_cfgs, op_entries
+from tptune.te.ubcfg import case_ub_cfgs, distinct_settings, op_entries
 
 DIM = "knobs"
 
@@ -27,8 +31,6 @@ def references(s: Settings, op: str, tp: int) -> dict[str, dict]:
     """Full ub_cfgs of TE's defaults, then of each preset of ``search.te_presets`` (cheapest, most
     default first). A preset whose ``<op>_*`` entries equal an earlier reference's is left out, so
     the earlier name stands for that setting."""
-    from tptune.te.ubcfg import distinct_settings
-
     wl = s.model.workload.ub_rules
     cases = [make_case(op, tp, f"ub.{name}") for name in ["te", *s.op(op).search.te_presets]]
     return {c.variant.preset: case_ub_cfgs(c, workload=wl) for c in distinct_settings(cases, wl)}
@@ -48,9 +50,6 @@ def first_session(s: Settings, op: str, tp: int) -> Session:
 def step_record(s: Settings, op: str, tp: int, step: int, prev: dict | None, run_dir: Path) -> dict:
     """One checkpoint step of the knob search (the record shape of search.steps.step_record, plus
     ``label``/``next_label`` per session and, when done, ``reference``, ``cost`` and ``changes``)."""
-    from tptune.records.run_dir import RunDir
-    from tptune.records.sessions import load_session
-
     plan = planner_args(s, op, tp)
     first = plan_next(op, tp, measured={}, **plan)
     sessions = list(prev["sessions"]) if prev else []
@@ -100,9 +99,6 @@ def changes(path: list[dict], measured: dict, workload: str = "bf16", floor: flo
     the knob values that differ from the incumbent's, whether the kept setting beats the incumbent
     beyond the noise (``moved``; otherwise the group is frozen, at the cheapest value that ties),
     and kept / incumbent and fastest / incumbent (geometric means of the session's rounds)."""
-    from tptune.stats.noise import compare_points
-    from tptune.stats.rounds import center
-
     out, inc = [], None
     for entry in path:
         if entry["session"] == "refs":

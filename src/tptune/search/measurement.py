@@ -2,6 +2,7 @@
 settings the launcher takes from them."""
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import replace
 
@@ -44,8 +45,6 @@ def launcher_op_settings(m: dict) -> dict:
 
 
 def settings_digest(m: dict) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps(m, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -9,16 +9,21 @@ dimension is one Snakemake checkpoint job, so independent dimensions run in para
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from tptune.cases import Case, Variant, make_case, parse_case_id
-from tptune.records.points import point_summary
+from tptune.model.ops import weight_shape
+from tptune.records.point_fields import point_summary
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.search import bisect, knob_search
 from tptune.settings.resolve import Settings
+from tptune.stats.pick import pick_best
+from tptune.stats.rounds import Ratio
 from tptune.te.methods import chunk_candidates, te_candidates
 from tptune.te.ubcfg import distinct_settings
 
@@ -136,7 +141,6 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
         if len(dim.candidates) == 1:
             best, path = dim.candidates[0], []
         elif mode in ("grid", "joint"):
-            from tptune.stats.pick import pick_best
             champion, comparisons = pick_best([measured[v] for v in dim.candidates], floor)
             best = next(v for v in dim.candidates if measured[v] is champion)
             path = [{"step": 1, "compared": list(dim.candidates), "kept": [best], "comparisons": comparisons}]
@@ -154,8 +158,6 @@ def runner_up(path: list[dict], best, floor: float):
     """The value the best was last compared with in a bisection, when that step did not clear the noise
     floor (a tie there, or a win inside the floor at the step margin); else None. Such a step is a coin
     for an effect near the margin, so the TP point decides it again beside the references."""
-    from tptune.stats.rounds import Ratio
-
     for step in reversed(path):
         if best not in step["compared"] or "comparison" not in step:
             continue
@@ -168,10 +170,6 @@ def runner_up(path: list[dict], best, floor: float):
 
 def canary_case(s: Settings, tp: int) -> Case:
     """The drift canary: TE defaults (te) or no overlap (torch) of the op with the most GEMM work."""
-    import math
-
-    from tptune.model.ops import weight_shape
-
     op = max(s.ops, key=lambda o: math.prod(weight_shape(o, s.model)))
     return make_case(op, tp, "ub.te" if s.backend == "te" else "none")
 
@@ -198,8 +196,6 @@ def tuned_cases(s: Settings, op: str, tp: int, results: dict[str, dict]) -> list
     winning override on top of TE's defaults, one combination per choice of method where a GEMM has
     several (e.g. qkv dgrad ring_exchange or bulk) or per runner-up value (search.runner_up): the
     point session measures them side by side."""
-    import itertools
-
     if search_mode(s, op) == "knobs":  # the planner's answer is one whole setting of the op
         return [parse_case_id(results["knobs"]["best_case"])]
     if s.backend == "torch":

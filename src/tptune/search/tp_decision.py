@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tptune.records.points import INF, point_case, point_median
+from tptune.records.point_fields import INF, point_case, point_median
+from tptune.stats.efficiency import op_efficiency
 from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 
 DEFAULT_START_TP = 2
@@ -98,8 +99,6 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
 
 
 def _efficiency(at: TpPoints):
-    from tptune.stats.efficiency import op_efficiency
-
     eff = op_efficiency(at.none, at.best, at.nocomm)
     return eff if (eff.rounds >= 2 or eff.fault) else None
 

@@ -11,11 +11,16 @@ from pathlib import Path
 import yaml
 
 from tptune.errors import ConfigError
+from tptune.model.memory import config_problems as memory_problems
 from tptune.settings.blocks import (Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
                                     Timing, margins_problem, rounds_problem)
 from tptune.settings.schema import problems as schema_problems
 from tptune.model.spec import ModelConfig, load_model
 from tptune.model.ops import OPS, overlap_ops
+from tptune.te.fp8 import fp8_backend_problem, fp8_startup_problems
+from tptune.te.methods import knob_config
+from tptune.te.traps import auto_ops_note, config_problems as trap_problems, report_md, run_traps
+from tptune.te.ubcfg import BUILTIN_PRESET, PRESETS_DIR, load_preset
 
 SCHEMA = yaml.safe_load((Path(__file__).parents[1] / "data" / "config.schema.yaml").read_text())
 PER_OP_KEYS = {"timing", "search", "check"}
@@ -119,14 +124,10 @@ class Settings:
 
     def traps(self) -> list:
         """The traps of this run's config and model (te.traps.run_traps)."""
-        from tptune.te.traps import run_traps
-
         return run_traps(self.config, self.model)
 
     def traps_md(self) -> str:
         """The report's account of the traps and shape mixes of this run (te.traps.report_md)."""
-        from tptune.te.traps import report_md
-
         return report_md(self.config, self.model)
 
 
@@ -184,7 +185,6 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
         # a copy: the caller's config (what config.json records) keeps "auto", re-resolved by every step
         config = {**config, "ops": list(overlap_ops(mc)) if mc is not None else list(OPS)}
         if mc is not None:
-            from tptune.te.traps import auto_ops_note
             ops_note = auto_ops_note(mc)
     node = config.get("gpus_per_node", 8)
     for tp in sorted(config["tp_sizes"]):
@@ -194,17 +194,14 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
             problems.append(f"field 'tp_sizes': TP={tp} exceeds gpus_per_node={node} (TP stays within one node)")
         if mc is not None:
             problems.extend(f"field 'tp_sizes': {p}" for p in mc.tp_problems(tp))
-    from tptune.model.memory import config_problems as memory_problems
     problems.extend(memory_problems(config, mc))
-    from tptune.te.traps import config_problems as trap_problems  # ops with nothing under TP overlap in this model
-    problems.extend(trap_problems(config, mc))
+    problems.extend(trap_problems(config, mc))   # ops with nothing under TP overlap in this model
     backend = backend_for(config, host)
     problems.extend(_knob_search_problems(config, backend))
     problems.extend(cross_field_problems(config))
     if mc is not None and mc.workload.is_fp8:
         # FP8: the torch backend refuses it in one line unless workload.fp8_emulation: bf16; the recipe
         # must suit the GPU (hardware.gpu; with this node's GPU known, measure.preflight checks its own).
-        from tptune.te.fp8 import fp8_backend_problem, fp8_startup_problems
         if host.capability is None:
             problems.extend(fp8_startup_problems(mc.workload, backend, config.get("hardware")))
         elif line := fp8_backend_problem(mc.workload, backend):
@@ -267,8 +264,6 @@ def cross_field_problems(config: dict) -> list[str]:
 def preset_problems(names: list[str]) -> list[str]:
     """Each name that is not a preset the workers can load (search.ubcfg.load_preset: TE's defaults "te",
     or config/presets/<name>.yaml), naming the valid ones; a preset file that does not load, with why."""
-    from tptune.te.ubcfg import BUILTIN_PRESET, PRESETS_DIR, load_preset
-
     out = []
     valid = [BUILTIN_PRESET] + sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
     for name in dict.fromkeys(names):
@@ -295,8 +290,6 @@ def backend_for(config: dict, host: Host) -> str:
 
 def _knob_search_problems(config: dict, backend: str) -> list[str]:
     """search.mode knobs (run-wide or per op): the TE backend only, and a valid search.knobs."""
-    from tptune.te.methods import knob_config
-
     out = []
     for op in config["ops"]:
         own = ((config.get("op_settings") or {}).get(op) or {}).get("search") or {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import statistics
 
+from tptune.records.point_fields import point_median
 from tptune.stats.rounds import Ratio, paired_ratio, point_rounds
 
 BOUND_BURN_IN_ROUNDS = 1
@@ -67,8 +68,6 @@ def is_fault(r: Ratio | None, margin: float = FAULT_MARGIN) -> bool:
 def bound_faults(points: dict[str, dict], margin: float = FAULT_MARGIN) -> list[dict]:
     """Every setting measured beside the bound that the bound reads slower than (is_fault); points
     recorded without rounds fall back to their medians against the margin."""
-    from tptune.records.points import point_median
-
     bound = next((p for c, p in points.items() if is_bound(c)), None)
     if bound is None or point_median(bound) == float("inf"):
         return []

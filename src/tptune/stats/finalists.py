@@ -10,7 +10,7 @@ simply pick it per op: a gain within the margin on one op is often not there on 
 from __future__ import annotations
 
 from tptune.stats.rounds import Ratio, ratio_of
-from tptune.records.points import point_median
+from tptune.records.point_fields import point_median
 
 
 def finalists(pick: dict | None, points: list[dict]) -> list[dict]:

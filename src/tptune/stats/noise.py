@@ -29,9 +29,9 @@ import statistics
 from dataclasses import dataclass
 
 from tptune.cases import Case, parse_case_id
-from tptune.records.points import INF, point_case, point_median, point_samples, point_stats
+from tptune.records.point_fields import INF, point_case, point_median, point_samples, point_stats
 from tptune.stats.rounds import Ratio, ratio_of
-from tptune.te.ubcfg import METHOD_DEFAULTS
+from tptune.te.ubcfg import METHOD_DEFAULTS, case_ub_cfgs, op_entries
 
 DEFAULT_FLOOR = 0.02
 DEFAULT_K = 2.0
@@ -85,7 +85,6 @@ def cost_key(case: Case | str) -> tuple:
     sms = methods = 0
     if v.kind == "ub":
         try:
-            from tptune.te.ubcfg import case_ub_cfgs, op_entries
             # "fp8" admits every knob TE may honour: the cost only counts SMs
             cfg = op_entries(case_ub_cfgs(c, workload="fp8"), c.op)
             sms = sum(int(e.get("num_sm", METHOD_DEFAULTS[e["method"]]["num_sm"])) for e in cfg.values())

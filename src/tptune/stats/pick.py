@@ -1,7 +1,7 @@
 """The pick among points measured side by side: the cheapest setting no other beats beyond the noise."""
 from __future__ import annotations
 
-from tptune.records.points import point_median
+from tptune.records.point_fields import point_median
 from tptune.stats.noise import compare_points, cost_key
 
 

@@ -57,6 +57,7 @@ experts), where MCORE passes only ub_overlap_ag/rs, and the te.ops fused MLP (us
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -414,11 +415,9 @@ def _flag_table() -> dict[str, tuple[str, bool]]:
 
 def read_flags(path) -> tuple[dict, str | None]:
     """(switches, --tp-comm-overlap-cfg value or None) of a file of Megatron-LM flags: the file
-    ``write_megatron_flags`` writes (comments included) or any user's, one or several flags a line,
-    shell line continuations allowed. Flags outside TP overlap are skipped; an unknown TP-overlap flag
+    ``emit.megatron_switches.write_megatron_flags`` writes (comments included) or any user's, one or
+    several flags a line, shell line continuations allowed. Flags outside TP overlap are skipped; an unknown TP-overlap flag
     (one naming tp-comm) is refused by name, as Megatron-LM's argparse (allow_abbrev=False) would."""
-    import shlex
-
     p = Path(path)
     text = _read(p, "a file of Megatron-LM flags").replace("\\\n", " ")
     try:

@@ -1,4 +1,4 @@
-"""Megatron-core's TP overlap switches from a per-op decision, and their writers (issue 12).
+"""Megatron-core's TP overlap switches from a per-op decision (issue 12; emit.megatron_switches writes them).
 
 Read at NVIDIA/Megatron-LM tag core_v0.19.0 (5be9626709af2722333bf54797c954c09edeada3):
 megatron/core/model_parallel_config.py (ModelParallelConfig fields), megatron/training/arguments.py
@@ -26,12 +26,8 @@ field names against MEGATRON_FIELDS, pinned from the source above.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
-
 from tptune.model.ops import COLUMN_OPS, OPS, ROW_OPS, TE_GEMMS
-from tptune.te.ubcfg import compose_ub_cfgs, is_rs_dgrad
+from tptune.te.ubcfg import compose_ub_cfgs, is_rs_dgrad, op_entries
 
 MEGATRON_CORE = "core_v0.19.0 (NVIDIA/Megatron-LM@5be9626709af2722333bf54797c954c09edeada3)"
 # ModelParallelConfig's TP-overlap fields at that commit, with their defaults.
@@ -42,7 +38,6 @@ MEGATRON_FIELDS = {
 }
 NO_CLI_FLAG = ("tp_comm_overlap_disable_qkv", "tp_comm_overlap_disable_fc1")   # arguments.py exclude list
 NONE = "none"
-OVERRIDES_FILE = "transformer_config_overrides.yaml"   # written beside the flags (decide)
 
 
 def op_mode(op: str, setting) -> str:
@@ -112,8 +107,6 @@ def switches_for(decision: dict) -> dict[str, bool]:
 def block_switches(ub_cfgs: dict) -> dict[str, bool]:
     """The switches of a block that overlaps every op with ``ub_cfgs`` (what the layer stage builds and
     what transformer_config_overrides.yaml holds for it); ValueError when Megatron cannot express it."""
-    from tptune.te.ubcfg import op_entries
-
     return switches_for({op: op_entries(ub_cfgs, op) for op in OPS})
 
 
@@ -121,8 +114,6 @@ def op_switches(op: str, ub_cfgs: dict) -> dict[str, bool]:
     """The switches under which Megatron builds ``op``'s layer overlapped with ``ub_cfgs``: overlap on,
     and for a column op whose dgrad is a reduce-scatter, tp_comm_overlap_rs_dgrad (else Megatron hands
     TE a bulk dgrad on a reduce-scatter communicator). The other ops' switches do not reach its layer."""
-    from tptune.te.ubcfg import op_entries
-
     sw = dict(MEGATRON_FIELDS, tp_comm_overlap=True)
     if op in COLUMN_OPS:
         sw["tp_comm_overlap_rs_dgrad"] = op_mode(op, op_entries(ub_cfgs, op)) == "rs_dgrad"
@@ -153,21 +144,6 @@ def megatron_flags(switches: dict[str, bool], cfg_path: str | None = None) -> li
     return flags
 
 
-def write_megatron_flags(path: str | Path, switches: dict[str, bool], cfg_path: str | None = None,
-                         overrides_file: str = OVERRIDES_FILE) -> Path:
-    """A text file of Megatron-LM flags, one a line, with a header; switches without a CLI flag
-    are named in comments (they need the TransformerConfig override file, ``overrides_file``)."""
-    path = Path(path)
-    lines = [f"# Megatron-LM flags for the TP overlap chosen by tptune ({MEGATRON_CORE})"]
-    lines += megatron_flags(switches, cfg_path) or ["# no TP communication overlap: plain NCCL everywhere"]
-    for name in NO_CLI_FLAG:
-        if switches[name]:
-            lines.append(f"# {name}: true has no command-line flag in Megatron-LM; set it through the "
-                         f"TransformerConfig override ({overrides_file})")
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def transformer_config_overrides(switches: dict[str, bool]) -> dict:
     """TransformerConfig (ModelParallelConfig) field overrides: all eight switches, and
     sequence_parallel when overlap is on (Megatron asserts it)."""
@@ -176,21 +152,6 @@ def transformer_config_overrides(switches: dict[str, bool]) -> dict:
     if switches["tp_comm_overlap"]:
         out = {"sequence_parallel": True, **out}
     return out
-
-
-def write_transformer_config_yaml(path: str | Path, switches: dict[str, bool]) -> Path:
-    path = Path(path)
-    body = yaml.safe_dump(transformer_config_overrides(switches), sort_keys=False)
-    path.write_text(f"# TransformerConfig overrides for TP overlap ({MEGATRON_CORE})\n{body}")
-    return path
-
-
-def write_overlap_yaml(path: str | Path, cfgs: dict) -> Path:
-    """``--tp-comm-overlap-cfg`` file for ub_cfgs that may lack a wgrad entry (reduce-scatter dgrad)."""
-    path = Path(path)
-    lines = [f"{k}: " + yaml.safe_dump(v, default_flow_style=True, sort_keys=False).strip() for k, v in cfgs.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def check_switches(switches: dict) -> None:

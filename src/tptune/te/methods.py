@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from tptune.cases import METHODS, Case, GemmOverride, Variant, make_case, make_override
 from tptune.model.ops import COLUMN_OPS, OP_GEMMS
-from tptune.te.ubcfg import KNOB_RANGES, allowed_methods
+from tptune.te.ubcfg import (ATOMIC_PAIRS, KNOB_RANGES, METHOD_DEFAULTS, TE_COMM_PRIORITY, TE_GEMM_PRIORITY,
+                             allowed_methods, merge_entry, te_default_ub_cfgs, validate_ub_cfgs)
 
 DEFAULT_CONFIG = {
     "te_methods": {"fprop": ["ring_exchange"], "dgrad": ["ring_exchange", "bulk"], "wgrad": ["bulk"]},
@@ -147,7 +148,6 @@ _AG_RING = ("qkv_fprop", "fc1_fprop", "proj_dgrad", "fc2_dgrad")   # all-gather 
 
 def knob_config(config: dict | None = None) -> dict:
     """The ``knobs`` config section over KNOB_DEFAULTS, checked (ValueError naming the key)."""
-    from tptune.te.ubcfg import KNOB_RANGES
     R = {**KNOB_RANGES, "rs_dgrad": (0, 1)}   # rs_dgrad is not a TE knob: 0 bulk, 1 reduce-scatter dgrad
     cfg = {**KNOB_DEFAULTS, **(config or {})}
     unknown = set(cfg) - set(KNOB_DEFAULTS)
@@ -227,7 +227,6 @@ def set_knob(entry: dict, group: str, value) -> dict:
     """``entry`` with knob group ``group`` at ``value`` (a method change starts from that method's
     TE defaults, ubcfg.merge_entry; rs_dgrad 1/0 is the method ring_exchange/bulk of a column dgrad:
     the caller drops/restores its wgrad, see search.knobs)."""
-    from tptune.te.ubcfg import merge_entry
     if group == "method":
         return merge_entry(entry, {"method": value})
     if group == "rs_dgrad":
@@ -243,7 +242,6 @@ def set_knob(entry: dict, group: str, value) -> dict:
 def with_knob(cfgs: dict, name: str, group: str, value) -> dict:
     """A ub_cfgs with GEMM ``name``'s knob group at ``value`` (``cfgs`` itself where it already is).
     rs_dgrad also drops (1) or restores at TE's default (0) the GEMM's wgrad, as TE requires."""
-    from tptune.te.ubcfg import te_default_ub_cfgs
     if value == current_value(cfgs[name], group):
         return cfgs
     out = {**cfgs, name: set_knob(cfgs[name], group, value)}
@@ -263,7 +261,6 @@ def knob_candidates(op: str, tp: int, base: dict, config: dict | None = None,
     groups with nothing to choose are left out. Each value, set alone on ``base``, passes
     ubcfg.validate_ub_cfgs. Atomic GEMM is not per op (its ring_exchange pairs span qkv/proj and
     fc1/fc2): see atomic_pair_candidates."""
-    from tptune.te.ubcfg import validate_ub_cfgs
     cfg = knob_config(config)
     out: dict[str, dict[str, list]] = {}
     for group in cfg["groups"]:
@@ -287,7 +284,6 @@ def knob_candidates(op: str, tp: int, base: dict, config: dict | None = None,
 
 def current_value(entry: dict, group: str):
     """The value of knob group ``group`` in ``entry`` (TE's default where the entry omits it)."""
-    from tptune.te.ubcfg import METHOD_DEFAULTS, TE_COMM_PRIORITY, TE_GEMM_PRIORITY
     if group == "method":
         return entry["method"]
     if group == "rs_dgrad":       # asked of column dgrads only: bulk, or a reduce-scatter method
@@ -303,7 +299,6 @@ def atomic_pair_candidates(base: dict, workload: str = "bf16") -> list[dict]:
     """Whole-block configs for TE's atomic GEMM pairs (FP8 only): ``base``, then each pair
     (qkv_fprop+proj_fprop, fc1_fprop+fc2_fprop) switched to atomic ring_exchange together, as TE
     requires. Empty under bf16. These are layer-level candidates (they span two ops)."""
-    from tptune.te.ubcfg import ATOMIC_PAIRS, merge_entry, validate_ub_cfgs
     if workload != "fp8":
         return []
     out = [base]

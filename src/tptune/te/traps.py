@@ -26,6 +26,7 @@ initialize_ub, module/grouped_linear.py), as issue 29 records them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import metadata
 
 from tptune.model.spec import ModelConfig
 from tptune.model.ops import layer_linears, op_mix, op_shapes, overlap_ops
@@ -49,7 +50,6 @@ class Trap:
 
 def _te_version() -> tuple[int, int] | None:
     try:
-        from importlib import metadata
         for name in ("transformer-engine", "transformer_engine"):
             try:
                 v = metadata.version(name)

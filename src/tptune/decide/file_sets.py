@@ -15,17 +15,21 @@ fail. Each set is checked (te.check) before it is written; a set whose every ove
 failed the numerics check is not written at all. Without a block (layer stage off, failed or cut short)
 the per-op choices are restricted to one combination Megatron's switches express and marked unproven.
 Files of an earlier decision that this one does not write are removed, so a folder never holds a yaml
-beside another decision's switches.
+beside another decision's switches. This module decides the sets (``FileSets``); emit.file_sets writes them.
 """
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from tptune.cases import parse_case_id
-from tptune.emit import configs as emit
+from tptune.decide.layer import per_mode_combos
+from tptune.decide.tp_point import best_at, ub_cfgs_at
+from tptune.model.ops import Gemm, op_gemms
 from tptune.records.run_dir import RunDir
 from tptune.te import megatron_flags as mf
 from tptune.te import ubcfg
+from tptune.te.check import check_pair
 
 TE_FILES = {"ub_cfgs_yaml": "tp_comm_overlap_cfg{}.yaml", "megatron_flags": "megatron_flags{}.txt",
             "overrides": "transformer_config_overrides{}.yaml", "bridge": "tp_overlap_cfg_nemo{}.py",
@@ -40,35 +44,37 @@ def names(backend: str, tp: int | None) -> dict[str, str]:
     return {role: pat.format(sfx) for role, pat in (TE_FILES if backend == "te" else TORCH_FILES).items()}
 
 
-def _stale(run: RunDir) -> list[Path]:
-    found = []
-    for pat in ALL_FILES.values():
-        found += [run.file(pat.format(""))] + run.files(pat.format(".tp*"))
-    return [p for p in found if p.exists()]
+@dataclass(frozen=True)
+class FileSet:
+    """One TP's set as it is written, under each of ``names`` (its own; the model TP's also under the plain
+    names). te: ``ub`` and ``switches``, for ``model``/``workload``/``fp8``; torch: ``shape_map``."""
+    tp: int
+    names: tuple[dict[str, str], ...]
+    notes: tuple[str, ...]
+    ub: dict | None = None
+    switches: dict | None = None
+    model: str | None = None
+    workload: dict | None = None
+    fp8: bool = False
+    shape_map: dict | None = None
+
+
+@dataclass(frozen=True)
+class FileSets:
+    """The decided sets: ``record`` is meta["files"] as decisions.json holds it, ``sets`` the sets to write.
+    Every file named by one of ``ALL_FILES``' patterns that ``sets`` do not write is stale."""
+    record: dict
+    sets: tuple[FileSet, ...]
+
+
+def _copies(backend: str, t: int, default_tp: int | None) -> tuple[dict[str, str], ...]:
+    return tuple(names(backend, n) for n in ((t, None) if t == default_tp else (t,)))
 
 
 def check(ub: dict, switches: dict, *, fp8: bool) -> dict:
     """tptune check of a pair: {"ok", "problems": [line]} (te.check: does Megatron + TE run it as written)."""
-    from tptune.te.check import check_pair
-
     res = check_pair(ub, switches, fp8=fp8)
     return {"ok": res.ok, "problems": [p.line() for p in res.problems]}
-
-
-def write_te_set(run: RunDir, tp: int | None, ub: dict, switches: dict, *, model: str, workload: dict,
-                 fp8: bool, notes: list[str], set_tp: int) -> dict[str, str]:
-    files = names("te", tp)
-    notes = notes + [f"Load together with {files['megatron_flags']} (Megatron-LM) or {files['overrides']} "
-                     f"(Megatron-core): the switches this file needs; with other switches TE may not run it as written"]
-    emit.write_tp_comm_overlap_cfg(run.file(files["ub_cfgs_yaml"]), ub, model=model, workload=workload, tp=set_tp,
-                                   notes=notes, fp8=fp8)
-    emit.write_ub_cfgs_json(run.file(files["ub_cfgs_json"]), ub, fp8=fp8)
-    mf.write_megatron_flags(run.file(files["megatron_flags"]), switches, files["ub_cfgs_yaml"],
-                            overrides_file=files["overrides"])
-    mf.write_transformer_config_yaml(run.file(files["overrides"]), switches)
-    emit.write_bridge_overlap_py(run.file(files["bridge"]), ub, switches, model=model, workload=workload, fp8=fp8,
-                                 notes=[f"TP {set_tp}"])
-    return files
 
 
 def _winner_row(rec: dict | None) -> dict | None:
@@ -94,9 +100,6 @@ def _failed(t: int, rec: dict) -> dict:
 def _te_choice(s, run: RunDir, points_by_op: dict, rec: dict | None, t: int, floor: float):
     """(ub_cfgs, switches, status, why, notes) of TP ``t``: the block-level winner, or without a block the
     per-op choices restricted to one combination Megatron's switches express, unproven."""
-    from tptune.decide.layer import per_mode_combos
-    from tptune.decide.points import ub_cfgs_at
-
     if rec is not None:
         row = _winner_row(rec)
         status, why = _graded(rec, row)
@@ -115,12 +118,12 @@ def _te_choice(s, run: RunDir, points_by_op: dict, rec: dict | None, t: int, flo
 
 
 def te_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], meta: dict,
-            default_tp: int | None = None) -> dict[str, dict]:
-    """Decide and write the te backend's set of each TP in ``tps``, and of ``default_tp`` under the plain
-    names too; returns {str(tp): set record}."""
+            default_tp: int | None = None) -> tuple[dict[str, dict], list[FileSet]]:
+    """The te backend's set of each TP in ``tps``, and of ``default_tp`` under the plain names too:
+    ({str(tp): set record}, [the sets to write])."""
     floor = s.decision.noise_floor
     fp8 = s.model.workload.is_fp8
-    out = {}
+    out, written = {}, []
     for t in tps:
         rec = layer.get(t)
         if rec is not None and _winner_row(rec) is None:
@@ -132,24 +135,19 @@ def te_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], met
             out[str(t)] = {"tp": t, "files": {}, "status": "failed", "check": checked,
                            "why": f"the set tptune derived is not run as written: {'; '.join(checked['problems'])}"}
             continue
-        for name_tp in (t, None) if t == default_tp else (t,):
-            files = write_te_set(run, name_tp, ub, switches, model=meta["model"], workload=meta["workload"],
-                                 fp8=fp8, notes=notes, set_tp=t)
-            if name_tp is not None:
-                out[str(t)] = {"tp": t, "files": files, "status": status, "why": why, "check": checked,
-                               "switches": switches}
-    return out
+        written.append(FileSet(t, _copies("te", t, default_tp), tuple(notes), ub=ub, switches=switches,
+                               model=meta["model"], workload=meta["workload"], fp8=fp8))
+        out[str(t)] = {"tp": t, "files": names("te", t), "status": status, "why": why, "check": checked,
+                       "switches": switches}
+    return out, written
 
 
-def torch_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int],
-               default_tp: int | None = None) -> dict[str, dict]:
+def torch_sets(s, points_by_op: dict, layer: dict, tps: list[int],
+               default_tp: int | None = None) -> tuple[dict[str, dict], list[FileSet]]:
     """The torch backend's chunk map of each TP (each op's chosen chunk count there, 1: no overlap), and of
-    ``default_tp`` under the plain name too."""
-    from tptune.decide.points import best_at
-    from tptune.model.ops import op_gemms
-
+    ``default_tp`` under the plain name too: ({str(tp): set record}, [the sets to write])."""
     floor = s.decision.noise_floor
-    out = {}
+    out, written = {}, []
     for t in tps:
         rec = layer.get(t)
         row = _winner_row(rec)
@@ -165,7 +163,7 @@ def torch_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int],
         notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc) at TP {t}; "
                  f"1 = no overlap; model {s.model.model.name}, {s.backend} backend"]
         try:
-            shape_map = emit.chunked_shape_map(choices)
+            shape_map = chunked_shape_map(choices)
         except ValueError as exc:
             shape_map, notes = {"customized_cc": {}}, notes + [f"not expressible: {exc}"]
         if rec is None:
@@ -176,24 +174,42 @@ def torch_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int],
             if set(shape_map["customized_cc"].values()) != {v.chunks if v.kind == "chunked" else 1}:
                 status = "unproven"   # the map is not what the block measured
                 why += f"; the block measured {row['variant']} for every op, this map holds the per-op choices"
-        for name_tp in (t, None) if t == default_tp else (t,):
-            files = names("torch", name_tp)
-            emit.write_chunked_cfg(run.file(files["chunked_cfg"]), shape_map, notes + [f"{status}: {why}"])
+        written.append(FileSet(t, _copies("torch", t, default_tp), tuple(notes + [f"{status}: {why}"]),
+                               shape_map=shape_map))
         out[str(t)] = {"tp": t, "files": names("torch", t), "status": status, "why": why}
-    return out
+    return out, written
 
 
-def write_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> dict:
-    """Every TP's set and the plain-named copy of the model TP's; meta["files"] as decisions.json holds it."""
-    for p in _stale(run):
-        p.unlink()
+def chunked_shape_map(choices: Mapping[Gemm, int] | Iterable[tuple[Gemm, int]]) -> dict:
+    """Seed 004's ``{"customized_cc": {"[m, k, n]": chunks}}``, keyed by the unsplit per-rank GEMM
+    shape (Gemm.shape_key); 1 turns the overlap off for that shape. GEMMs without a collective are
+    left out. Two GEMMs of one shape with different chunk counts cannot be expressed: ValueError."""
+    items = choices.items() if isinstance(choices, Mapping) else choices
+    out: dict[str, int] = {}
+    owner: dict[str, Gemm] = {}
+    for g, n in items:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{g.op}_{g.gemm}: chunk count must be an integer >= 1, got {n!r}")
+        if g.collective == "none":
+            continue
+        key = g.shape_key
+        if key in out and out[key] != n:
+            o = owner[key]
+            raise ValueError(f"shape {key}: {o.op}_{o.gemm} wants {out[key]} chunks, "
+                             f"{g.op}_{g.gemm} wants {n}; one shape takes one chunk count")
+        out[key], owner[key] = n, g
+    return {"customized_cc": out}
+
+
+def file_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> FileSets:
+    """Every TP's set and the plain-named copy of the model TP's (``run``: where the layer stage's presets lie)."""
     model_tp = meta["model_tp"]
     default_tp = model_tp if model_tp and model_tp >= 2 else None
     if s.backend == "te":
-        sets = te_sets(s, run, points_by_op, layer, tps, meta, default_tp)
+        sets, written = te_sets(s, run, points_by_op, layer, tps, meta, default_tp)
     else:
-        sets = torch_sets(s, run, points_by_op, layer, tps, default_tp)
+        sets, written = torch_sets(s, points_by_op, layer, tps, default_tp)
     chosen = sets.get(str(default_tp))
     default = str(default_tp) if chosen is not None and chosen["status"] != "failed" else None
-    return {"model_tp": model_tp, "default": default, "default_files": names(s.backend, None) if default else {},
-            "sets": sets}
+    return FileSets({"model_tp": model_tp, "default": default,
+                     "default_files": names(s.backend, None) if default else {}, "sets": sets}, tuple(written))

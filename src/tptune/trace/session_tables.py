@@ -1,4 +1,6 @@
-"""Per case: trace metrics to Parquet. Per run: one table of every case's timings, metrics and verdict."""
+"""The run's tables from its recorded sessions: per session, every member's trace metrics (one table, a
+``case`` column telling them apart); per run, one row per setting per session with its timings, host
+figures, trace metrics and verdict. emit.tables writes them."""
 from __future__ import annotations
 
 import json
@@ -8,10 +10,12 @@ import polars as pl
 
 from tptune.cases import parse_case_id
 from tptune.errors import TraceError
-from tptune.records.points import point_stats
+from tptune.records.point_fields import point_stats
 from tptune.records.run_dir import SESSION_JSON, RunDir
 from tptune.records.sessions import load_session
-from tptune.trace import overlap_verdict, summarize, trace_metrics
+from tptune.trace.classify import fp8_patterns
+from tptune.trace.metrics import summarize, trace_metrics
+from tptune.trace.verdict import overlap_verdict
 
 PHASE_PREFIX = {"forward": "fwd", "backward": "bwd"}
 METRICS = ("wall_ms", "gemm_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "other_ms")
@@ -19,8 +23,6 @@ METRICS = ("wall_ms", "gemm_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "ot
 
 def _patterns(run: dict) -> dict | None:
     """FP8 runs: their amax all-reduces are not TP communication (trace.classify.fp8_patterns)."""
-    from tptune.trace.classify import fp8_patterns
-
     w = (run.get("model") or {}).get("workload") or {}
     return fp8_patterns(w.get("recipe")) if w.get("dtype") == "fp8" else None
 
@@ -49,24 +51,19 @@ def _case_frame(run: dict, base: Path) -> pl.DataFrame:
     return df
 
 
-def analyze_case(run_json: Path, out: Path) -> pl.DataFrame:
-    df = _case_frame(json.loads(run_json.read_text()), run_json.parent)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.write_parquet(out)
-    return df
+def case_table(run_json: Path) -> pl.DataFrame:
+    """The trace metrics of one case (its run.json)."""
+    return _case_frame(json.loads(run_json.read_text()), run_json.parent)
 
 
-def analyze_session(session: Path, out: Path) -> pl.DataFrame:
+def session_table(session: Path) -> pl.DataFrame:
     """Every member's trace metrics of one session in one table (a ``case`` column tells them apart)."""
     sess = json.loads((session / SESSION_JSON).read_text())
     frames = []
     for rel in sess["runs"].values():
         p = session / rel
         frames.append(_case_frame(json.loads(p.read_text()), p.parent))
-    df = pl.concat(frames, how="diagonal_relaxed")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.write_parquet(out)
-    return df
+    return pl.concat(frames, how="diagonal_relaxed")
 
 
 def case_summary(analysis: pl.DataFrame) -> tuple[pl.DataFrame | None, str | None]:
@@ -105,7 +102,7 @@ def round_costs(run: dict) -> dict:
             "hold_s": sum(slept) / 1e3 if slept and all(x is not None for x in slept) else None}
 
 
-def collect(run: RunDir, session_jsons: list[Path], out: Path) -> pl.DataFrame:
+def measurement_table(run: RunDir, session_jsons: list[Path]) -> pl.DataFrame:
     """One row per setting per session: timing (per-round medians), host figures, trace metrics, verdict."""
     rows, summaries = [], {}
     for sj in session_jsons:
@@ -152,8 +149,4 @@ def collect(run: RunDir, session_jsons: list[Path], out: Path) -> pl.DataFrame:
             row["verdict"], row["verdict_reason"] = overlap_verdict(mine, base)
         else:
             row["verdict"], row["verdict_reason"] = None, None
-    df = pl.DataFrame(rows, infer_schema_length=None).sort("op", "tp", "session", "median_ms", nulls_last=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.write_parquet(out)
-    df.write_csv(out.with_suffix(".csv"))
-    return df
+    return pl.DataFrame(rows, infer_schema_length=None).sort("op", "tp", "session", "median_ms", nulls_last=True)

@@ -2,10 +2,14 @@
 ten-GEMM ub_cfgs a TP's picks make."""
 from __future__ import annotations
 
+import itertools
+import statistics
+
 import polars as pl
 
 from tptune.cases import REFERENCE_KINDS, parse_case_id
-from tptune.records.points import point_median
+from tptune.errors import TptuneError
+from tptune.records.point_fields import point_median
 from tptune.records.sessions import Session
 from tptune.search.steps import point_contenders, point_members
 from tptune.settings.resolve import Settings
@@ -15,6 +19,8 @@ from tptune.stats.noise import compare_points
 from tptune.stats.pick import pick_best
 from tptune.stats.pooled import pooled_ratio, run_pairs
 from tptune.te import ubcfg
+from tptune.trace.session_tables import case_summary
+from tptune.trace.verdict import overlap_verdict
 
 
 def slim(point: dict | None) -> dict | None:
@@ -29,9 +35,6 @@ def slim(point: dict | None) -> dict | None:
 
 
 def _verdict(analysis: pl.DataFrame | None, best: dict | None, op: str, tp: int) -> tuple[str | None, str | None]:
-    from tptune.decide.analyze import case_summary
-    from tptune.trace import overlap_verdict
-
     if best is None:
         return None, None
     if analysis is None:
@@ -56,9 +59,6 @@ def batch_step(point: dict) -> float | None:
     round's median with it. Halves, not max/min: a 500 ms window (timing.window_ms) holds a short
     power-management episode in nearly every batch, which its median rides out. Rounds are the
     consecutive runs of the samples, one batch each (``round_iters`` long where recorded)."""
-    import itertools
-    import statistics
-
     tot = (point.get("timing") or {}).get("total_ms") or {}
     samples, n = tot.get("samples") or [], len(tot.get("rounds") or [])
     counts = tot.get("round_iters")          # absent in sessions recorded before windows: equal rounds
@@ -87,7 +87,6 @@ def tp_point(s: Settings, op: str, tp: int, results: list[dict], session: Sessio
     sess, runs = session.record, session.points
     missing = [c.id for c in members if c.id not in runs]
     if missing:
-        from tptune.errors import TptuneError
         raise TptuneError(f"{op} TP={tp}: the TP point would measure {', '.join(missing)}, which the recorded "
                           "session did not; re-measure this run")
     pts = {cid: burned_in(slim(p)) if is_bound(cid) else slim(p) for cid, p in runs.items()}
