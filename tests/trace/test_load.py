@@ -11,7 +11,7 @@ import pytest
 import tptune.trace.load as load_mod
 from tptune.trace import load_trace
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 REAL = TRACES / "te_proj_ub.rank0.pt.trace.json.gz"
 
 

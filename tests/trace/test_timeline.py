@@ -6,7 +6,7 @@ from pathlib import Path
 from tptune.trace import plot_timeline
 from tptune.trace.cli import analyze_cli
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

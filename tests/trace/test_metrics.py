@@ -8,7 +8,7 @@ import pytest
 from tptune.trace import load_trace, summarize, trace_metrics
 from tptune.trace.metrics import COLUMNS, _drop_truncated_last, attributed_events
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 US = 1e-3  # 1 µs in ms
 
 

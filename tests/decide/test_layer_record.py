@@ -12,7 +12,7 @@ from tptune.settings.blocks import Decision, Layer, Search
 
 DRIFT = [1.0, 1.01, 0.99, 1.0]
 TUNED, NEMO, NONE = "layer-tp2-ub.tuned_tp2", "layer-tp2-ub.nemo_tp4", "layer-tp2-none"
-TINY = load_model(Path(__file__).parents[1] / "config" / "models" / "tiny.yaml",
+TINY = load_model(Path(__file__).parents[2] / "config" / "models" / "tiny.yaml",
                   {"seq_length": 512, "micro_batch_size": 1, "dtype": "fp32"})
 S = types.SimpleNamespace(decision=Decision.from_dict({"noise_floor": 0.02}),
                           layer=Layer.from_dict({"num_layers": 2}), model=TINY)

@@ -120,7 +120,7 @@ def test_tied_embedding_names():
 
 
 def test_mixture_of_experts_configs_are_read(tmp_path):
-    """MoE configs were refused; now read (tests/test_model_families.py has every family)."""
+    """MoE configs were refused; now read (tests/model/test_model_families.py has every family)."""
     raw = {"model_type": "mixtral", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
            "num_hidden_layers": 32, "vocab_size": 32000, "hidden_act": "silu", "intermediate_size": 14336,
            "num_local_experts": 8, "num_experts_per_tok": 2}

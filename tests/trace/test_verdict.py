@@ -7,7 +7,7 @@ import pytest
 
 from tptune.trace import VerdictThresholds, overlap_verdict, summarize, trace_metrics
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 
 
 def _summary(name: str) -> pl.DataFrame:

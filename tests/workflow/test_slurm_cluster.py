@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from slurm.cluster import ClusterError, LocalSlurm, PACKAGES, missing_tools  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

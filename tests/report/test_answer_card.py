@@ -10,7 +10,7 @@ from tptune.cli.main import _settings
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_sessions
 
-RESULTS = Path(__file__).parents[1] / "results"
+RESULTS = Path(__file__).parents[2] / "results"
 
 
 def _card(run):

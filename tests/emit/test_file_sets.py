@@ -17,7 +17,7 @@ from tptune.te.methods import knob_candidates, with_knob
 from tptune.te.ubcfg import compose_ub_cfgs, load_preset, op_entries
 from tptune.records.run_dir import RunDir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KNOBS = ROOT / "results" / "knobs-llama3-70b-x2"
 
 

@@ -17,7 +17,7 @@ from test_te_backend import spawn_two_ranks, start_fake_te_rank
 from tptune.cases import make_case
 from tptune.model.spec import load_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "config" / "models" / "tiny.yaml"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -19,7 +19,7 @@ from tptune.emit import configs as emit
 from tptune.te.megatron_flags import block_switches, transformer_config_overrides
 from tptune.te.ubcfg import METHOD_DEFAULTS, load_preset, validate_ub_cfgs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KNOBS = ROOT / "results" / "knobs-llama3-70b-x2"
 FP8_CURRENT = ROOT / "results" / "fp8-current-llama3-70b-x2"
 GEMMS = ["qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad", "qkv_fprop",

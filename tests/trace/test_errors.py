@@ -9,7 +9,7 @@ from tptune.errors import TraceError
 from tptune.trace import load_trace
 from tptune.trace.cli import analyze_cli
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 REAL = TRACES / "te_qkv_ub.rank0.pt.trace.json.gz"
 
 

@@ -19,7 +19,7 @@ from tptune.te.megatron_flags import (MEGATRON_FIELDS, op_mode, overlap_cfgs, sw
                                       write_overlap_yaml, write_transformer_config_yaml)
 from tptune.te.ubcfg import load_preset, merge_entry, op_entries
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "config" / "presets"
 REF = Path("/work/ref")          # TE 2.20.2 and megatron-core 0.19.2, unpacked (skipped where absent)
 NVIDIA_TP2 = PRESETS / "nvidia_bf16_tp2.yaml"

@@ -9,7 +9,7 @@ from tptune.stats import bound, efficiency, finalists, host_evidence as host, po
 from tptune.stats.rounds import paired_ratio, point_rounds
 from tptune.settings.blocks import Decision, Layer
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 KNOBS = RESULTS / "knobs-llama3-70b-x2"
 
 
@@ -161,7 +161,7 @@ def test_the_block_decides_between_the_tuned_and_the_finalists_combination(tmp_p
 
     from tptune.model.spec import load_model
 
-    tiny = load_model(Path(__file__).parents[1] / "config" / "models" / "tiny.yaml",
+    tiny = load_model(Path(__file__).parents[2] / "config" / "models" / "tiny.yaml",
                       {"seq_length": 512, "micro_batch_size": 1, "dtype": "fp32"})
     s = types.SimpleNamespace(decision=Decision.from_dict({"noise_floor": 0.02}),
                               layer=Layer.from_dict({"num_layers": 2}), model=tiny)

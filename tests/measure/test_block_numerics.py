@@ -15,7 +15,7 @@ import torch.distributed as dist
 from test_te_backend import spawn_two_ranks
 from tptune.stats import numerics as rule
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "config" / "models" / "tiny.yaml"
 
 

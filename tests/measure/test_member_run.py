@@ -15,7 +15,7 @@ from tptune.settings.blocks import LauncherSettings
 from tptune.measure.session_spec import SessionSpec
 from tptune.model.spec import load_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SESSION = "qkv/tp2/point"
 
 

@@ -13,7 +13,7 @@ from tptune.measure.preflight import resolve_here
 from tptune.settings.resolve import load_config_files
 from tptune.measure.worker.context import TORCH_DTYPES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "config" / "models" / "tiny.yaml"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-FIX = Path(__file__).parent / "fixtures" / "gpu"
+FIX = Path(__file__).parents[1] / "fixtures" / "gpu"
 OPS = ("qkv", "proj", "fc1", "fc2")
 CASES = [f"{op}-tp2-{v}" for op in OPS for v in ("none", "nocomm", "ub.te")] + ["qkv-tp2-ub.te+dgrad.bulk.sm8.cga2"]
 TRACES = {"qkv-tp2-ub.te": "ub", "proj-tp2-ub.te": "ub", "qkv-tp2-none": "none"}

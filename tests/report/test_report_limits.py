@@ -7,7 +7,7 @@ import polars as pl
 
 from tptune.report.render import _limits
 
-RUN = Path(__file__).resolve().parents[1] / "results" / "knobs-llama3-70b-h100x4-tp4"
+RUN = Path(__file__).resolve().parents[2] / "results" / "knobs-llama3-70b-h100x4-tp4"
 
 
 def test_each_op_at_tp4_is_accounted_for_and_the_parts_add_up_to_the_gap():

@@ -1,7 +1,7 @@
 """The te backend on a CPU machine: import guard, case checks, and the whole bench life cycle driven
 through worker.harness on 2 gloo ranks with stand-in Transformer Engine / Megatron-core modules (plain
 torch layers with the same constructor signatures and TP collectives). The real TE run is
-scripts/gpu_smoke_te.py; its results are checked in test_te_backend_gpu_fixtures.py."""
+scripts/gpu_smoke_te.py; its results are checked in tests/results/test_te_backend_gpu_fixtures.py."""
 from __future__ import annotations
 
 import enum
@@ -20,7 +20,7 @@ import torch.distributed as dist
 from tptune.cases import make_case
 from tptune.model.spec import load_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "config" / "models" / "tiny.yaml"
 
 

@@ -8,7 +8,7 @@ import pytest
 from tptune.trace import classify, load_trace
 from tptune.trace.classify import classify_cpu_name, merged_patterns
 
-TRACES = Path(__file__).parent / "fixtures" / "traces"
+TRACES = Path(__file__).parents[1] / "fixtures" / "traces"
 
 NVJET = "gemm"
 EXPECTED = {
