@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_slurm_cluster.py needs for its one-node Slurm cluster on localhost:
+# Installs what tests/workflow/test_slurm_cluster.py needs for its one-node Slurm cluster on localhost:
 # Debian's Slurm daemons, accounting (slurmdbd + a local MariaDB), munge, and the Snakemake Slurm
 # executor plugin into the active Python environment. Run as root (CI containers are).
 #   bash scripts/ci_slurm_setup.sh

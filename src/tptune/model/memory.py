@@ -48,7 +48,7 @@ with P bytes per activation element (2 for bf16/fp16, 4 for fp32), per token:
     [dropout on: dropout_masks 2*h, the 1-byte masks of the two residual dropouts]
 
 For Korthikanti's shapes (q = kv = h, f = 4h, not gated, dropout, P = 2) these add up to 34*h per
-token plus 5*heads*s: their formula exactly (tests/test_memory.py checks it, and Megatron-LM's
+token plus 5*heads*s: their formula exactly (tests/model/test_memory.py checks it, and Megatron-LM's
 megatron/training/theoretical_memory_usage.py, sbh(18 + 4f/h)/t). Llama/Qwen train without dropout
 (Megatron-Bridge's LlamaModelProvider sets attention_dropout = hidden_dropout = 0), the default here.
 Norm statistics (8 bytes per token) and the token ids are left out.

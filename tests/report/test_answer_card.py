@@ -1,0 +1,70 @@
+"""The report's answer card on committed GPU runs: pooled block figures, the capped efficiency, the
+reason for the model TP, and the summary figure's paired ratios."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tptune.report.card import answer_card, plot_summary, summary_rows
+from tptune.cli.main import _settings
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_sessions
+
+RESULTS = Path(__file__).parents[2] / "results"
+
+
+def _card(run):
+    run_dir = RESULTS / run
+    decisions = json.loads((run_dir / "decisions.json").read_text())
+    return answer_card(_settings(str(run_dir / "config.json")), RunDir(run_dir), decisions, []), decisions, run_dir
+
+
+def test_knobs_run_card_quotes_the_pooled_block_figure_against_the_best_preset():
+    card, decisions, _ = _card("knobs-llama3-70b-x2")
+    best = card["block"]["best_preset"]
+    # the preset the tuned block gains least against, pooled over the four sessions that measured it
+    assert best["variant"] == "ub.nvidia_bf16_tp2" and best["pooled_sessions"] == 4
+    assert best["ratio"]["rounds"] == 22
+    assert best["ratio"]["ratio"] == pytest.approx(0.977, abs=0.001)
+    assert best["ratio"]["lo"] == pytest.approx(0.974, abs=0.001) and best["ratio"]["hi"] == pytest.approx(0.980, abs=0.001)
+    assert best["words"] == "faster within the margin (significant)"
+    refs = {r["variant"]: r for r in card["block"]["references"]}
+    assert set(refs) == {"none", "ub.te"} and all(r["pooled_sessions"] == 4 for r in refs.values())
+    assert card["efficiency"].startswith("85% [60, 100]")
+    assert card["model_tp"] == 2 and card["tp_reason"].startswith("overlap rule at TP 2")
+    assert "tp_comm_overlap_cfg.yaml" in [f["name"] for f in card["load"]]
+    assert "chunked_cfg.yaml" not in [f["name"] for f in card["load"]]     # a te run: no chunk map
+    assert "--tp-comm-overlap-cfg tp_comm_overlap_cfg.yaml" in card["flags"]
+    assert not card["cpu"]
+
+
+def test_memory_floor_is_named_as_the_reason_when_it_raised_the_tp():
+    card, decisions, _ = _card("stability-llama3-70b-x2/rep1")
+    assert decisions["meta"]["model_tp_rule"] == 1 and card["model_tp"] == 2
+    assert card["tp_reason"].startswith("memory floor: model TP=1 cannot hold the model")
+
+
+def test_host_behind_block_batches_are_a_confidence_line():
+    card, _, _ = _card("stability-llama3-70b-x2/rep1")
+    line = [c for c in card["confidence"] if c.startswith("Block host evidence")]
+    assert line and "failed the host-ahead check" in line[0]
+    card, _, _ = _card("knobs-llama3-70b-x2")
+    assert not [c for c in card["confidence"] if c.startswith("Block host evidence")]
+
+
+def test_summary_rows_are_paired_ratios_against_no_overlap(tmp_path):
+    _, decisions, run_dir = _card("knobs-llama3-70b-x2")
+    rows = summary_rows(load_sessions(RunDir(run_dir)), decisions)
+    assert [r["group"] for r in rows] == ["qkv", "proj", "fc1", "fc2", "block"]
+    block = rows[-1]
+    chosen = [b for b in block["bars"] if b["kind"] == "chosen"][0]
+    none_row = [r for r in decisions["meta"]["layer"]["2"]["settings"] if r["variant"] == "none"][0]
+    # tuned / none of the block from the session's rounds equals the layer stage's own comparison
+    assert chosen["ratio"]["ratio"] == pytest.approx(none_row["tuned_vs"]["ratio"]["ratio"], abs=1e-4)
+    for r in rows[:-1]:
+        kinds = {b["kind"] for b in r["bars"]}
+        assert {"TE defaults", "chosen", "bound"} <= kinds
+        bound = [b for b in r["bars"] if b["kind"] == "bound"][0]
+        assert bound["ratio"]["ratio"] < 1.0    # the bound is faster than no overlap on every op
+    png = plot_summary(rows, tmp_path / "summary.png")
+    assert png.stat().st_size > 5000
