@@ -8,13 +8,18 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture
-def workdir(tmp_path):
-    """A copy of the workflow (Snakefile, rules, config, profiles) in a fresh folder."""
+def copy_workflow(dst: Path) -> Path:
+    """A copy of the workflow (Snakefile, rules, config, profiles, envs) in ``dst``."""
     for name in ("Snakefile", "rules", "config", "profiles", "envs"):
         src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    return tmp_path
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dst / name)
+    return dst
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A copy of the workflow in a fresh folder."""
+    return copy_workflow(tmp_path)
 
 
 @pytest.fixture

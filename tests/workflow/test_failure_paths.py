@@ -9,16 +9,14 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, base_config
+from conftest import ROOT, base_config, copy_workflow
 
 pytestmark = pytest.mark.slow
 TPTUNE = [sys.executable, "-m", "tptune"]
 
 
 def _workflow(tmp_path, run, **over):
-    for name in ("Snakefile", "rules", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     (tmp_path / "pool").mkdir()
     cfg = base_config(tmp_path / "pool", **{"run": run, "ops": ["qkv"], "tp_sizes": [2],
                                             "search": {"chunks": [2]}, **over})

@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT, base_config
+from conftest import base_config, copy_workflow
 
 pytestmark = pytest.mark.slow
 RUN = "outputs/integrity"
@@ -57,9 +57,7 @@ def started(workdir, rel):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("integrity")
-    for name in ("Snakefile", "rules", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, workdir / name)
+    copy_workflow(workdir)
     (workdir / "pool").mkdir()
     write(workdir, "run.yaml", cfg_dict(workdir, faults=FAULTS))
     dry = smk(workdir, "-n")

@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from conftest import copy_workflow
 import pytest
 import yaml
 
@@ -101,9 +102,7 @@ def _snakemake(workdir: Path, env: dict, *args: str, timeout: float = 1500) -> t
 @pytest.fixture(scope="module")
 def slurm_run(cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("wf")
-    for name in ("Snakefile", "rules", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    copy_workflow(work)
     # The repo's default config on the torch backend, with one injected failure. TP stays at 2: on two
     # busy cores the TP=4 decision is noise, and it would only lengthen the run.
     (work / "run.yaml").write_text(yaml.safe_dump({

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import base_config
+from conftest import base_config, copy_workflow
 
 pytestmark = pytest.mark.slow
 RUN = "outputs/e2e"
@@ -40,12 +40,8 @@ def write_cfg(workdir, pool_dir, **over):
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    import shutil
-    from conftest import ROOT
     workdir = tmp_path_factory.mktemp("wf")
-    for name in ("Snakefile", "rules", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, workdir / name)
+    copy_workflow(workdir)
     pool = workdir / "pool"
     pool.mkdir()
     write_cfg(workdir, pool)

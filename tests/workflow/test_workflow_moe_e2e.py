@@ -6,18 +6,14 @@ import json
 import pytest
 import yaml
 
-from conftest import base_config
+from conftest import base_config, copy_workflow
 from test_workflow_e2e import smk
 
 pytestmark = pytest.mark.slow
 
 
 def test_tiny_moe_end_to_end(tmp_path):
-    import shutil
-    from conftest import ROOT
-    for name in ("Snakefile", "rules", "config", "profiles", "envs"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_workflow(tmp_path)
     pool = tmp_path / "pool"
     pool.mkdir()
     cfg = base_config(pool, run="moe", ops=["qkv", "fc1"], tp_sizes=[2], search={"chunks": [2]})
