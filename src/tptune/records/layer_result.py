@@ -42,3 +42,8 @@ class LayerResult:
     def row(self, case: str) -> dict | None:
         """The settings row of ``case`` (None where the block did not measure it)."""
         return next((r for r in self.settings if r["case"] == case), None)
+
+
+def decided_layers(meta: dict) -> dict[str, LayerResult]:
+    """decisions.json meta["layer"] as values: {str(tp): LayerResult}, {} where the run has no block."""
+    return {t: LayerResult.from_dict(d) for t, d in (meta.get("layer") or {}).items()}
