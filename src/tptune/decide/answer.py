@@ -3,7 +3,7 @@ write (decisions.json's records and meta, and through decide.file_sets one coher
 that users load); emit writes them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tptune.cases import parse_case_id
@@ -122,12 +122,11 @@ def decide(s: Settings, run: RunDir, final_files: list[Path]) -> Answer:
             e["efficiency"] = meta["model_efficiency"]
             e["reason"] = (f"{Efficiency.from_dict(meta['model_efficiency']).hides()} "
                            "(the ops summed, each capped at its bound)" + e.get("undecided_why", ""))
-    layer = load.layer_results(run, all_tps)
+    layer = {t: replace(rec, pooled=block_pooled(rec, named(sessions, layer_session_name(rec.tp)),
+                                                 load_pooled_with(run, rec.tp, rec.tuned)))
+             for t, rec in load.layer_results(run, all_tps).items()}
     if layer:
-        for rec in layer.values():
-            own = named(sessions, layer_session_name(rec["tp"]))
-            rec["pooled"] = block_pooled(rec, own, load_pooled_with(run, rec["tp"], rec["tuned"]))
-        meta["layer"] = {str(t): rec for t, rec in layer.items()}
+        meta["layer"] = {str(t): rec.to_dict() for t, rec in layer.items()}
         block_host_warning(meta["measurement"], layer)
     sets = file_sets(s, run, points_by_op, layer, all_tps, meta)
     meta["files"] = sets.record

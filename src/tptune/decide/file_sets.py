@@ -26,6 +26,7 @@ from tptune.cases import parse_case_id
 from tptune.decide.layer import per_mode_combos
 from tptune.decide.tp_point import best_at, ub_cfgs_at
 from tptune.model.ops import Gemm, op_gemms
+from tptune.records.layer_result import LayerResult
 from tptune.records.run_dir import RunDir
 from tptune.te import megatron_flags as mf
 from tptune.te import ubcfg
@@ -77,27 +78,27 @@ def check(ub: dict, switches: dict, *, fp8: bool) -> dict:
     return {"ok": res.ok, "problems": [p.line() for p in res.problems]}
 
 
-def _winner_row(rec: dict | None) -> dict | None:
+def _winner_row(rec: LayerResult | None) -> dict | None:
     """The layer record's row of its block-level winner (None: no record, or nothing passed)."""
-    return next((r for r in (rec or {}).get("settings") or [] if r["case"] == (rec or {}).get("winner")), None)
+    return rec.row(rec.winner) if rec is not None and rec.winner is not None else None
 
 
-def _graded(rec: dict, row: dict) -> tuple[str, str]:
+def _graded(rec: LayerResult, row: dict) -> tuple[str, str]:
     """(status, why) of the set the block-level winner ``row`` of layer record ``rec`` proves: proven where
     its numerics passed and the block compared it with something."""
-    status = "proven" if row.get("correct") is True and rec.get("compared", True) else "unproven"
-    why = f"block-level winner at TP {rec['tp']} ({rec['num_layers']} layers): {row['variant']}: {rec['reason']}"
+    status = "proven" if row.get("correct") is True and rec.compared else "unproven"
+    why = f"block-level winner at TP {rec.tp} ({rec.num_layers} layers): {row['variant']}: {rec.reason}"
     if row.get("correct") is not True:
         why += "; its numerics were not checked"
     return status, why
 
 
-def _failed(t: int, rec: dict) -> dict:
+def _failed(t: int, rec: LayerResult) -> dict:
     return {"tp": t, "files": {}, "status": "failed",
-            "why": f"no overlapped setting passed on the block: {rec.get('reason')}"}
+            "why": f"no overlapped setting passed on the block: {rec.reason}"}
 
 
-def _te_choice(s, run: RunDir, points_by_op: dict, rec: dict | None, t: int, floor: float):
+def _te_choice(s, run: RunDir, points_by_op: dict, rec: LayerResult | None, t: int, floor: float):
     """(ub_cfgs, switches, status, why, notes) of TP ``t``: the block-level winner, or without a block the
     per-op choices restricted to one combination Megatron's switches express, unproven."""
     if rec is not None:
@@ -117,7 +118,7 @@ def _te_choice(s, run: RunDir, points_by_op: dict, rec: dict | None, t: int, flo
     return ub, switches, "unproven", why, [f"UNPROVEN: {why}"] + notes
 
 
-def te_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], meta: dict,
+def te_sets(s, run: RunDir, points_by_op: dict, layer: dict[int, LayerResult], tps: list[int], meta: dict,
             default_tp: int | None = None) -> tuple[dict[str, dict], list[FileSet]]:
     """The te backend's set of each TP in ``tps``, and of ``default_tp`` under the plain names too:
     ({str(tp): set record}, [the sets to write])."""
@@ -142,7 +143,7 @@ def te_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], met
     return out, written
 
 
-def torch_sets(s, points_by_op: dict, layer: dict, tps: list[int],
+def torch_sets(s, points_by_op: dict, layer: dict[int, LayerResult], tps: list[int],
                default_tp: int | None = None) -> tuple[dict[str, dict], list[FileSet]]:
     """The torch backend's chunk map of each TP (each op's chosen chunk count there, 1: no overlap), and of
     ``default_tp`` under the plain name too: ({str(tp): set record}, [the sets to write])."""
@@ -201,7 +202,7 @@ def chunked_shape_map(choices: Mapping[Gemm, int] | Iterable[tuple[Gemm, int]]) 
     return {"customized_cc": out}
 
 
-def file_sets(s, run: RunDir, points_by_op: dict, layer: dict, tps: list[int], meta: dict) -> FileSets:
+def file_sets(s, run: RunDir, points_by_op: dict, layer: dict[int, LayerResult], tps: list[int], meta: dict) -> FileSets:
     """Every TP's set and the plain-named copy of the model TP's (``run``: where the layer stage's presets lie)."""
     model_tp = meta["model_tp"]
     default_tp = model_tp if model_tp and model_tp >= 2 else None

@@ -3,6 +3,7 @@ host-behind settings, stepped batches, the block's host evidence, the capped eff
 from __future__ import annotations
 
 from tptune.decide.tp_point import STEP_FACTOR
+from tptune.records.layer_result import LayerResult
 from tptune.records.sessions import Session
 from tptune.stats import session_noise
 from tptune.stats.efficiency import model_efficiency
@@ -23,12 +24,12 @@ def summed_efficiency(records: dict, points_by_op: dict) -> dict:
     return model_efficiency(triples).to_dict()
 
 
-def block_host_warning(measurement: dict, layer: dict) -> None:
+def block_host_warning(measurement: dict, layer: dict[int, LayerResult]) -> None:
     """The report's host warning covers block sessions: settings of the block whose batches never got the
     host ahead, counted, and block batches whose host-ahead verdict was recorded without its figures."""
     behind, unproven = [], []
-    for t, rec in layer.items():
-        for row in rec.get("settings") or []:
+    for rec in layer.values():
+        for row in rec.settings:
             h = row.get("host_batches") or {}
             if h.get("failed"):
                 behind.append({"case": row["case"], "failed": h["failed"], "batches": h["batches"],

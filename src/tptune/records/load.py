@@ -8,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from tptune.records.layer_result import LayerResult
 from tptune.records.run_dir import RunDir
 
 
@@ -24,9 +25,9 @@ def tp_point(run: RunDir, op: str, tp: int) -> dict:
     return read_json(run.tp_point(op, tp))
 
 
-def layer_results(run: RunDir, tps) -> dict[int, dict]:
+def layer_results(run: RunDir, tps) -> dict[int, LayerResult]:
     """{tp: layer/tp<N>.json} of the TP sizes in ``tps`` whose block was recorded."""
-    return {t: read_json(run.layer_json(t)) for t in tps if run.layer_json(t).exists()}
+    return {t: LayerResult.from_dict(read_json(run.layer_json(t))) for t in tps if run.layer_json(t).exists()}
 
 
 def point_analysis(run: RunDir, op: str, tp: int) -> pl.DataFrame | None:

@@ -13,6 +13,7 @@ from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency
 from tptune.stats.wording import classify_ratio
 from tptune.stats.rounds import Ratio, ratio_of
+from tptune.records.layer_result import decided_layers
 from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
 from tptune.records.sessions import Session, named
 
@@ -126,12 +127,12 @@ def _model_tp_reason(meta: dict) -> str:
 def _block(meta: dict, margin: float) -> dict | None:
     """The layer stage at the model TP: what the file holds and the tuned block against each
     reference, pooled over every session that measured the pair where the run has several."""
-    rec = (meta.get("layer") or {}).get(str(meta.get("model_tp")))
-    if not rec:
+    rec = decided_layers(meta).get(str(meta.get("model_tp")))
+    if rec is None:
         return None
-    pooled = (rec.get("pooled") or {}).get("pooled") or {}
+    pooled = (rec.pooled or {}).get("pooled") or {}
     refs, presets, own = [], [], []
-    for row in rec.get("settings") or []:
+    for row in rec.settings:
         vs = row.get("tuned_vs") or {}
         if not vs:
             continue
@@ -149,11 +150,11 @@ def _block(meta: dict, margin: float) -> dict | None:
             own.append(item)
     # the best preset is the one the tuned block gains least against (its ratio nearest or above 1)
     best = max(presets, key=lambda x: (x["ratio"] or {}).get("ratio") or 0.0) if presets else None
-    unproven = sum((r.get("host_batches") or {}).get("failed", 0) for r in rec.get("settings") or [])
-    batches = sum((r.get("host_batches") or {}).get("batches", 0) for r in rec.get("settings") or [])
-    return {"tp": rec["tp"], "winner": rec.get("winner"), "tuned": rec.get("tuned"), "reason": rec.get("reason"),
-            "numerics_failed": rec.get("numerics_failed"), "references": refs, "best_preset": best, "own": own,
-            "presets": presets, "rounds": rec.get("rounds"), "host_failed": unproven, "host_batches": batches}
+    unproven = sum((r.get("host_batches") or {}).get("failed", 0) for r in rec.settings)
+    batches = sum((r.get("host_batches") or {}).get("batches", 0) for r in rec.settings)
+    return {"tp": rec.tp, "winner": rec.winner, "tuned": rec.tuned, "reason": rec.reason,
+            "numerics_failed": rec.numerics_failed, "references": refs, "best_preset": best, "own": own,
+            "presets": presets, "rounds": rec.rounds, "host_failed": unproven, "host_batches": batches}
 
 
 def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) -> list[str]:
@@ -222,7 +223,7 @@ def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
             "ops": {op: {"tp": rec["tp"], "variant": (rec.get("config") or {}).get("variant")}
                     for op, rec in decisions["ops"].items()},
             "ops_note": s.ops_note if s.ops_note and tuple(s.ops) != OPS else None,
-            "block": block, "layer_tps": sorted(int(tp) for tp in meta.get("layer") or {}),
+            "block": block, "layer_tps": sorted(int(tp) for tp in decided_layers(meta)),
             "efficiency": efficiency, "no_efficiency": no_efficiency,
             "confidence": _confidence(decisions, s, failures, block), "cpu": s.device != "cuda",
             "margin": margin, "memory_no_fit": _memory_no_fit(meta),
@@ -262,10 +263,10 @@ def summary_rows(sessions: list[Session], decisions: dict) -> list[dict]:
         winner = (rec.get("winner") or {}).get("case")
         rows.append(_group(op, int(at), sess.points, f"{op}-tp{at}-none", winner))
     tp = decisions["meta"].get("model_tp")
-    lay = (decisions["meta"].get("layer") or {}).get(str(tp))
+    lay = decided_layers(decisions["meta"]).get(str(tp))
     sess = named(sessions, layer_session_name(tp))
-    if lay and sess is not None:
-        rows.append(_group(BLOCK, int(tp), sess.points, f"layer-tp{tp}-none", lay.get("winner")))
+    if lay is not None and sess is not None:
+        rows.append(_group(BLOCK, int(tp), sess.points, f"layer-tp{tp}-none", lay.winner))
     return rows
 
 

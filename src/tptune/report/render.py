@@ -15,6 +15,7 @@ from tptune.stats.numerics import summary_text
 from tptune.stats.wording import classify_ratio
 from tptune.model.plan import plan_summary
 from tptune.records import load
+from tptune.records.layer_result import decided_layers
 from tptune.records.run_dir import RunDir
 from tptune.records.run_status import run_failures
 from tptune.records.sessions import Session, load_sessions, named
@@ -343,7 +344,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         measurement=decisions["meta"].get("measurement") or {},
         memory_md=_memory_md(decisions["meta"].get("memory")),
         overlap_md=_overlap_md(s),
-        layer=decisions["meta"].get("layer") or {},
+        layer=decided_layers(decisions["meta"]),
         calibration=_calibration(run), shape_rows=_shape_rows(recorded, meas, ops),
         status=status, measured_with=_measured_with(sessions),
     )

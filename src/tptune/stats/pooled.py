@@ -14,6 +14,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from tptune.records.layer_result import LayerResult
 from tptune.records.sessions import PooledWith, Session
 from tptune.stats.rounds import log_ratio_interval, paired_log_ratios, point_rounds, t975
 
@@ -72,7 +73,7 @@ def run_pairs(sessions: list[Session], a: str, b: str) -> list[tuple[str, dict, 
     return session_blocks([(s.name, s, a, b) for s in sessions])
 
 
-def block_pooled(layer_rec: dict, own: Session | None,
+def block_pooled(layer_rec: LayerResult, own: Session | None,
                  pooled_with: tuple[list[PooledWith], list[dict]] | None) -> dict:
     """The block's tuned / each reference pooled over this run's block session ``own`` and the sessions
     named in the run's pooled_with.json (records.sessions.load_pooled_with: other runs of the same config,
@@ -81,9 +82,9 @@ def block_pooled(layer_rec: dict, own: Session | None,
     if pooled_with is None:
         return {}
     others, skipped = pooled_with
-    tuned = layer_rec["tuned"]
+    tuned = layer_rec.tuned
     out = {}
-    for row in layer_rec["settings"]:
+    for row in layer_rec.settings:
         ref = row["case"]
         if ref == tuned:
             continue
