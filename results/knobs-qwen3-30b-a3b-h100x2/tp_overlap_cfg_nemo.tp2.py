@@ -59,7 +59,7 @@ def _overlap(base, **knobs):
 
 tp_overlap_cfg = TransformerLayerTPOverlapCfg(
     qkv_fprop=_overlap(RingExchangeOverlapCfg, num_sm=1, cga_size=1, set_sm_margin=False, aggregate=False, use_ce=True),
-    qkv_dgrad=_overlap(BulkOverlapCfg, num_sm=16, cga_size=2, set_sm_margin=False),
+    qkv_dgrad=_overlap(BulkOverlapCfg, num_sm=4, cga_size=2, set_sm_margin=False),
     qkv_wgrad=_overlap(BulkOverlapCfg, num_sm=24, cga_size=2, set_sm_margin=False),
     proj_fprop=_overlap(RingExchangeOverlapCfg, num_sm=1, cga_size=1, set_sm_margin=False, aggregate=False, use_ce=True),
     proj_dgrad=_overlap(RingExchangeOverlapCfg, num_sm=1, cga_size=1, set_sm_margin=False, aggregate=False, use_ce=True),

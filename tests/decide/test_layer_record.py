@@ -18,8 +18,9 @@ S = types.SimpleNamespace(decision=Decision.from_dict({"noise_floor": 0.02}),
                           layer=Layer.from_dict({"num_layers": 2}), model=TINY)
 
 
-def _session(run_dir, members):
-    """members: {case id: (block ms, numerics ok)} -> sessions/layer/tp2 as Launcher.session writes it, read back."""
+def _session(run_dir, members, host_behind=()):
+    """members: {case id: (block ms, numerics ok)} -> sessions/layer/tp2 as Launcher.session writes it, read back;
+    ``host_behind``: the members whose every batch failed the host-ahead check."""
     d = run_dir / "sessions" / "layer" / "tp2"
     runs = {}
     for cid, (ms, ok) in members.items():
@@ -30,7 +31,9 @@ def _session(run_dir, members):
             "case": cid, "status": "ok", "session": "layer/tp2",
             "timing": {"total_ms": {"median": statistics.median(rounds), "rounds": rounds,
                                     "round_ids": list(range(len(rounds)))}},
-            "host": {"host_ms": 10.0}, "correctness": {"ok": ok}}))
+            "host": {"host_ms": 10.0, "batches": [{"timing": "gpu_host_ahead", "round": r, "host_ahead": False}
+                                                  for r in range(len(rounds))] if cid in host_behind else []},
+            "correctness": {"ok": ok}}))
         runs[cid] = f"{m.name}/run.json"
     (d / "session.json").write_text(json.dumps({"session": "layer/tp2", "runs": runs, "rounds": 4,
                                                 "stop": "resolved after 4 rounds"}))
@@ -64,6 +67,16 @@ def _pt(case, ms):
     return {"case": case, "status": "ok", "session": "p",
             "timing": {"total_ms": {"median": statistics.median(rounds), "rounds": rounds,
                                     "round_ids": list(range(len(rounds)))}}}
+
+
+def test_a_block_pick_over_the_tuned_file_needs_gpu_time_not_host_bound_figures(tmp_path):
+    """Qwen3-30B-A3B's MoE block on 2x H100: every batch behind the host, so a setting reading faster there is
+    host launch time: the file keeps the tuned combination and says why. With the host ahead, the pick stands."""
+    members = {NONE: (81.0, True), NEMO: (70.0, True), TUNED: (78.0, True)}
+    rec = layer_record(S, 2, _session(tmp_path, members, host_behind={TUNED, NEMO}), TUNED)
+    assert rec["winner"] == TUNED
+    assert "include host launch time" in rec["reason"] and "4 of 4 batches of ub.nemo_tp4" in rec["reason"]
+    assert layer_record(S, 2, _session(tmp_path / "b", members), TUNED)["winner"] == NEMO
 
 
 def test_a_reference_run_with_its_recipes_environment_is_compared_but_never_written(tmp_path):

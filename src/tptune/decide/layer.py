@@ -222,6 +222,13 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
     else:
         winner, reason = tuned_id, _unbeaten(rows, tuned_id)
+    if winner not in (tuned_id, None) and not numerics_failed and tuned_row["correct"] is not False:
+        behind = _host_behind(tuned_row, next(r for r in rows if r["case"] == winner))
+        if behind:   # a pick over the tuned file must rest on GPU time; host launch time is not the overlap's
+            reason = (f"{winner} reads faster than the tuned combination on the block, but {behind} did not get the "
+                      "host ahead, so the block figures include host launch time, not GPU time alone: the file "
+                      "keeps the tuned combination")
+            winner = tuned_id
     by_recipe = [r["case"] for r in rows if r.get("environment") and (r.get("tuned_vs") or {}).get("outcome") == 1]
     if by_recipe:
         reason += (f"; {', '.join(by_recipe)} beat{'s' if len(by_recipe) == 1 else ''} it beyond the noise with "
@@ -259,6 +266,16 @@ def _unbeaten(rows: list[dict], tuned_id: str) -> str:
                 "was measured alone and is unproven; the file holds the per-op choices")
     return (f"no measured setting beats the tuned combination on the block beyond the noise; not compared "
             f"({', '.join(failed)} failed)")
+
+
+def _host_behind(*rows: dict) -> str:
+    """In words, the batches of these block rows whose host never got ahead of the GPU; "" when none."""
+    parts = []
+    for r in rows:
+        hb = r.get("host_batches") or {}
+        if hb.get("failed"):
+            parts.append(f"{hb['failed']} of {hb['batches']} batches of {r['variant']}")
+    return " and ".join(parts)
 
 
 def _iv(r: dict) -> str:
