@@ -152,23 +152,21 @@ def _preset_file(name: str, presets_dir) -> Path:
     return path
 
 
-def _read_preset(name: str, presets_dir, seen: tuple = ()) -> tuple[Path, dict, dict | None, dict]:
-    """(file, its GEMM entries, its base preset's full ub_cfgs or None, its environment over its base's)."""
+def _resolve_preset(name: str, presets_dir, seen: tuple = ()) -> tuple[dict[str, dict], dict[str, str]]:
+    """(full validated ub_cfgs, environment) of preset ``name``: its file's entries merged over its base's
+    ub_cfgs (TE's defaults without a base), its environment over its base's."""
+    if name == BUILTIN_PRESET:
+        return te_default_ub_cfgs(), {}
     if name in seen:
         raise ValueError(f"ub preset {name!r}: its base chain loops ({' -> '.join(seen + (name,))})")
     path = _preset_file(name, presets_dir)
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"ub preset {path}: expected a mapping of GEMM name -> config")
-    entries = {k: v for k, v in raw.items() if k not in PRESET_KEYS}
-    base, env = None, {}
-    if "base" in raw:
-        if not isinstance(raw["base"], str) or not raw["base"]:
-            raise ValueError(f"ub preset {path}: base: expected the name of another preset, got {raw['base']!r}")
-        base = load_preset(raw["base"], presets_dir) if raw["base"] == BUILTIN_PRESET else None
-        if base is None:
-            _, b_entries, b_base, env = _read_preset(raw["base"], presets_dir, seen + (name,))
-            base = _merged(b_base, b_entries, f"ub preset {raw['base']!r}")
+    base = raw.get("base", BUILTIN_PRESET)
+    if not isinstance(base, str) or not base:
+        raise ValueError(f"ub preset {path}: base: expected the name of another preset, got {base!r}")
+    base_cfgs, env = _resolve_preset(base, presets_dir, seen + (name,))
     given = raw.get("environment") or {}
     if not isinstance(given, dict):
         raise ValueError(f"ub preset {path}: environment: expected a mapping of variable -> value")
@@ -179,13 +177,14 @@ def _read_preset(name: str, presets_dir, seen: tuple = ()) -> tuple[Path, dict, 
                              f"{', '.join(sorted(CASE_ENVIRONMENT))}")
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"ub preset {path}: environment: {var}: expected a whole number >= 0, got {value!r}")
-    return path, entries, base, {**env, **{k: str(v) for k, v in given.items()}}
+    entries = {k: v for k, v in raw.items() if k not in PRESET_KEYS}
+    return _merged(base_cfgs, entries, str(path)), {**env, **{k: str(v) for k, v in given.items()}}
 
 
-def _merged(base: dict | None, entries: dict, source: str) -> dict[str, dict]:
-    cfgs = dict(base) if base is not None else te_default_ub_cfgs()
+def _merged(base: dict, entries: dict, source: str) -> dict[str, dict]:
+    cfgs = dict(base)
     validate_ub_cfgs(entries, require_all=False, source=source)
-    for key, entry in entries.items():
+    for key, entry in entries.items():   # a base whose dgrad reduce-scatters has no wgrad entry: TE's default
         cfgs[key] = merge_entry(cfgs.get(key) or te_default_ub_cfgs()[key], _as_ints(entry))
     _drop_default_wgrads(cfgs, given=entries)
     validate_ub_cfgs(cfgs, source=source)
@@ -197,18 +196,13 @@ def load_preset(name: str, presets_dir: str | Path | list | None = None) -> dict
     is ``<dir>/<name>.yaml`` in ``presets_dir`` (one folder or a list: a run's own presets, such as
     its tuned combination, or a user's files for tptune verify), else config/presets (entries merged
     over TE's defaults, or over the preset the file names as its ``base``, see merge_entry)."""
-    if name == BUILTIN_PRESET:
-        return te_default_ub_cfgs()
-    path, entries, base, _ = _read_preset(name, presets_dir)
-    return _merged(base, entries, str(path))
+    return _resolve_preset(name, presets_dir)[0]
 
 
 def preset_environment(name: str, presets_dir: str | Path | list | None = None) -> dict[str, str]:
     """The environment preset ``name`` is measured with (its ``environment:``, over its base's); {} for
     most presets. The worker sets it while it builds a case of this preset."""
-    if name == BUILTIN_PRESET:
-        return {}
-    return _read_preset(name, presets_dir)[3]
+    return _resolve_preset(name, presets_dir)[1]
 
 
 def _drop_default_wgrads(cfgs: dict, given) -> None:
