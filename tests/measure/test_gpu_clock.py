@@ -2,7 +2,7 @@
 merged; and that a CPU device (or a machine without NVML) gives no sampler rather than an error."""
 import torch
 
-from tptune.measure.worker import gpu_clock
+from tptune.measure import nvml
 from tptune.measure.worker.gpu_clock import (clock_over_rounds, merge_ranks, open_clock, reason_names, summarize)
 
 
@@ -40,9 +40,9 @@ def test_rounds_give_the_median_clock_and_their_range():
 
 def test_no_sampler_on_cpu_or_without_nvml(monkeypatch):
     assert open_clock(torch.device("cpu")) is None
-    monkeypatch.setattr(gpu_clock, "_lib", None)
-    monkeypatch.setattr(gpu_clock.ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(name)))
-    assert gpu_clock._nvml() is None
+    monkeypatch.setattr(nvml, "_lib", None)
+    monkeypatch.setattr(nvml.ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(name)))
+    assert nvml.library() is None
     assert open_clock(torch.device("cuda", 0)) is None      # NVML is checked before the CUDA device is touched
 
 

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from tptune.errors import ConfigError
+from tptune.measure import nvml
 from tptune.measure.gpupool import available_ids, slurm_allocation
 from tptune.settings.resolve import Host, Settings, resolve
 from tptune.te.fp8 import device_capability, recipe_device_problem
@@ -18,12 +19,13 @@ def te_available() -> bool:
 
 
 def probe_host(check_hardware: bool = True) -> Host:
-    """This machine's GPUs and Transformer Engine; cuda:0's compute capability only when the hardware is
-    checked (a step that reads recorded measurements judges an FP8 recipe by hardware.gpu)."""
+    """This machine's GPUs and Transformer Engine; the first GPU's compute capability only when the
+    hardware is checked (a step that reads recorded measurements judges an FP8 recipe by hardware.gpu):
+    from NVML, else from torch where NVML cannot say (a GPU named as CUDA_VISIBLE_DEVICES renumbers it)."""
     gpu_ids = tuple(available_ids())
     capability = None
     if gpu_ids and check_hardware:
-        capability = device_capability()
+        capability = nvml.compute_capability(gpu_ids[0]) or device_capability()
     return Host(gpu_ids=gpu_ids, te_available=te_available(), capability=capability)
 
 

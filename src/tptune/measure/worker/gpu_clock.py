@@ -17,13 +17,14 @@ import bisect
 import ctypes
 import statistics
 
+from tptune.measure import nvml
+
 # nvmlClocksEventReasons (nvml.h); "GpuIdle" and the settings bits are NVML's names shortened
 REASONS = {0x1: "idle", 0x2: "app_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
            0x10: "sync_boost", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake",
            0x100: "display_clock_setting"}
 _NVML_CLOCK_SM = 1
 _NVML_TEMPERATURE_GPU = 0
-_lib = None
 
 
 def reason_names(mask: int) -> list[str]:
@@ -31,20 +32,6 @@ def reason_names(mask: int) -> list[str]:
     names = [n for bit, n in REASONS.items() if mask & bit]
     rest = mask & ~sum(REASONS)
     return names + ([hex(rest)] if rest else [])
-
-
-def _nvml():
-    global _lib
-    if _lib is None:
-        try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            if lib.nvmlInit_v2() != 0:
-                raise OSError("nvmlInit_v2 failed")
-        except (OSError, AttributeError):
-            _lib = False
-        else:
-            _lib = lib
-    return _lib or None
 
 
 class GpuClock:
@@ -74,7 +61,7 @@ def open_clock(device) -> GpuClock | None:
 
     if getattr(device, "type", None) != "cuda":
         return None
-    lib = _nvml()
+    lib = nvml.library()
     if lib is None:
         return None
     props = torch.cuda.get_device_properties(device)
