@@ -69,3 +69,28 @@ def test_summary_rows_are_paired_ratios_against_no_overlap(tmp_path):
         assert bound["ratio"]["ratio"] < 1.0    # the bound is faster than no overlap on every op
     png = plot_summary(rows, tmp_path / "summary.png")
     assert png.stat().st_size > 5000
+
+
+def test_a_memory_floor_below_every_measured_tp_asks_for_that_tp_and_names_no_setting_for_it():
+    """Qwen3-30B-A3B measured at TP 4 only (4x H200): the overlap rule says TP 1, memory needs TP 2 x PP 3.
+    The answer is TP 2, which nothing measured: no op may be labelled with a TP 4 setting under TP 2,
+    and the card asks for TP 2 instead of saying no overlap passed there."""
+    from tptune.decide.answer import decide
+
+    run_dir = RESULTS / "qwen3-30b-a3b-h200x4-tp4"
+    s = _settings(str(run_dir / "config.json"))
+    run = RunDir(run_dir)
+    answer = decide(s, run, [run.op_final(op) for op in s.ops])
+    assert answer.meta["model_tp"] == 2 and answer.meta["model_tp_rule"] == 1
+    for op in s.ops:
+        rec = answer.records[op]
+        assert rec["tp"] == 2 and rec["config"]["case"] is None and rec["config"]["variant"] == "not measured"
+        assert "TP=2 (the memory floor) was not measured" in rec["config"]["note"]
+    card, _, _ = _card("qwen3-30b-a3b-h200x4-tp4")
+    assert card["unmeasured_tp"] == 2 and card["tp_reason"].endswith("TP 2 was not measured in this run")
+    assert not card["load"]
+    report = (run_dir / "report.md").read_text()
+    assert "**Measure TP 2 first**" in report and "Train at TP 2 without TP comm overlap" not in report
+    # a run whose floor TP was measured says nothing of the kind
+    card, _, _ = _card("fp8-llama3-70b-h200x4-tp4")
+    assert card["unmeasured_tp"] is None and card["tp_reason"].startswith("memory floor") and card["load"]

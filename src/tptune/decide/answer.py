@@ -58,7 +58,12 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
     case = parse_case_id(winner["case"])
     unjudged = next((e["reason"] for e in final.get("evidence", []) if e.get("rule") == "measured"
                      or "nothing to judge" in str(e.get("reason", ""))), None)
-    if chosen == 1:
+    if chosen != 1 and chosen not in points:
+        # the memory floor raised the op to a TP this run did not measure: there is no setting for it
+        config = {"tp": chosen, "case": None, "variant": "not measured",
+                  "note": f"TP={chosen} (the memory floor) was not measured in this run (tp_sizes "
+                          f"{sorted(points)}): no setting for it; the evidence below is TP={case.tp}'s"}
+    elif chosen == 1:
         # where a reference or every overlapped setting failed, nothing was compared: say that, not a verdict
         config = {"tp": 1, "case": None, "variant": "no TP",
                   "note": (f"nothing was compared at TP={case.tp} ({unjudged}): no TP, unproven" if unjudged else

@@ -102,7 +102,8 @@ def _model_tp_reason(meta: dict) -> str:
         then = f"; memory floor: {floor.get('reason') or floor.get('why')}" if floor else ""
         return f"overlap rule at TP {undecided['tp']}: {undecided['reason']}{then}"
     if floor:
-        return f"memory floor: {floor.get('reason') or floor.get('why')}"
+        unmeasured = f"; TP {floor['floor_tp']} was not measured in this run" if floor.get("measured") is False else ""
+        return f"memory floor: {floor.get('reason') or floor.get('why')}{unmeasured}"
     for e in ev:
         if e.get("rule") == "hides_communication" and e.get("tp") == tp and e.get("passed"):
             return (f"overlap rule at TP {tp}: {e['reason']}; it needs {100 * e['min_hidden_fraction']:.0f}% "
@@ -227,7 +228,16 @@ def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
             "efficiency": efficiency, "no_efficiency": no_efficiency,
             "confidence": _confidence(decisions, s, failures, block), "cpu": s.device != "cuda",
             "margin": margin, "memory_no_fit": _memory_no_fit(meta),
-            "rule_undecided": bool(meta.get("model_tp_undecided"))}
+            "rule_undecided": bool(meta.get("model_tp_undecided")), "unmeasured_tp": _unmeasured_tp(meta),
+            "tp_sizes": list(s.tp_sizes)}
+
+
+def _unmeasured_tp(meta: dict) -> int | None:
+    """The model TP when the memory floor raised the answer to a TP this run did not measure (decide.tp.apply_floor
+    records ``measured``): there is no setting or file for it."""
+    floor = next((e for e in meta.get("model_tp_evidence") or [] if e.get("rule") == "memory_floor"
+                  and not e.get("passed")), None)
+    return meta.get("model_tp") if floor and floor.get("measured") is False else None
 
 
 def _memory_no_fit(meta: dict) -> str | None:
