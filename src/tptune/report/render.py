@@ -8,6 +8,7 @@ import jinja2
 import polars as pl
 
 from tptune.model.memory import markdown_table
+from tptune.report.block_account import block_account
 from tptune.report.card import answer_card, evidence_tp, plot_summary, summary_rows
 from tptune.cases import parse_case_id
 from tptune.stats.efficiency import Efficiency
@@ -335,7 +336,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         layer_num_layers=int(s.layer.num_layers),
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
-        comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
+        comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), block_accounts=block_account(decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
         tp_files=sorted(p.name for p in run.files("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=listed_text("tp_comm_overlap_cfg.yaml"),
         chunk_text=listed_text("chunked_cfg.yaml"), run_dir=run.root, sessions=session_rows,

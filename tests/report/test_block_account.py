@@ -1,0 +1,47 @@
+"""report.block_account: where the tuned block's time above its (estimated) bound goes, from decisions.json
+of committed runs (4x H200 TP 2 + 4, one with no block)."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tptune.report.block_account import block_account
+
+RESULTS = Path(__file__).parents[2] / "results"
+
+
+def _decisions(run):
+    return json.loads((RESULTS / run / "decisions.json").read_text())
+
+
+def test_tp4_block_account_adds_up_and_names_each_reference():
+    d = _decisions("tp24-llama3-70b-h200x4/rep1")
+    acc = {a["tp"]: a for a in block_account(d)}
+    assert sorted(acc) == [2, 4]
+    a = acc[4]
+    layer = d["meta"]["layer"]["4"]
+    rows = {r["variant"]: r["median_ms"] for r in layer["settings"]}
+    assert a["none_ms"] == rows["none"] and a["tuned_ms"] == rows["ub.tuned_tp4"] and a["num_layers"] == 2
+    # the ops' exposed time: num_layers x sum(no overlap - bound), each from its TP point's medians
+    per_op = sum(d["ops"][op]["points"]["4"]["none"]["timing"]["total_ms"]["median"]
+                 - d["ops"][op]["points"]["4"]["nocomm"]["timing"]["total_ms"]["median"] for op in d["ops"])
+    assert a["exposed_ms"] == pytest.approx(2 * per_op)
+    assert a["bound_ms"] == pytest.approx(a["none_ms"] - a["exposed_ms"])
+    assert a["hidden"] == pytest.approx((a["none_ms"] - a["tuned_ms"]) / a["exposed_ms"])
+    assert 0.4 < a["hidden"] < 0.7
+    assert a["left_ms"] == pytest.approx(a["in_ops_ms"] + a["block_only_ms"])
+    assert a["in_ops_ms"] == pytest.approx(2 * sum(o["left_ms"] for o in a["ops"]))
+    refs = {r["variant"]: r for r in a["references"]}
+    assert {"ub.nemo_tp4", "ub.nemo_tp4_recipe", "ub.nvidia_bf16_tp2", "ub.te"} == set(refs)
+    for r in refs.values():   # every reference is slower than the tuned block here, so further from the bound
+        assert r["limit"] == pytest.approx(r["ms"] / a["bound_ms"]) and r["limit"] > a["tuned_ms"] / a["bound_ms"]
+
+
+def test_no_block_no_account():
+    assert block_account(_decisions("qwen3-30b-a3b-h200x4-tp4")) == []
+
+
+def test_report_shows_the_account():
+    text = (RESULTS / "tp24-llama3-70b-h200x4/rep1/report.md").read_text()
+    assert "## Where the block's time above its bound goes (TP 4, 2 layers, medians, ms)" in text
+    assert "an account, not a decision" in text
