@@ -9,9 +9,10 @@
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
 #   SNAKEMAKE_ARGS="--rerun-triggers input": extra snakemake options, e.g. to finish a carried run whose
 #   file times the carry changed
-#   Carrying: the tracked tree plus what one call carries must stay under 64 MB, so install the bundle in
-#   consecutive calls on one warm machine (carry .device-te, then .device-py, then .device-polars, the
-#   polars wheel apart), then run this script in a call that carries nothing (or only outputs/<run>).
+#   Carrying: the working tree plus what one call carries must stay under 64 MiB, and results/ alone is
+#   ~60 MB: run `bash scripts/device_tree.sh lean` first (results/ out of what travels), install the bundle
+#   in consecutive calls on one warm machine (carry .device-te1 + .device-py, then .device-polars), run this
+#   script, then `bash scripts/device_tree.sh restore` before committing anything.
 set -u
 # required on the lent machines (NVLink multicast off), whether or not this runs under run.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 UB_SKIPMC=1 CUDA_DEVICE_MAX_CONNECTIONS=1
