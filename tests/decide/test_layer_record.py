@@ -100,9 +100,10 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
     from tptune.cli.stages import block_members
     from tptune.te.ubcfg import load_preset
 
-    s = types.SimpleNamespace(backend="te", decision=Decision.from_dict({"noise_floor": 0.02}),
+    s = types.SimpleNamespace(backend="te", decision=Decision.from_dict({"noise_floor": 0.02}), layer=Layer.from_dict({}),
                               search=Search.from_dict({"te_presets": ["nvidia_bf16_tp2"]}),
-                              model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16")))
+                              model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16"),
+                                                          model=types.SimpleNamespace(is_moe=False)))
     pts = {}
     for op in ("qkv", "proj", "fc1", "fc2"):
         cheap, preset = f"{op}-tp2-ub.te+dgrad.bulk.sm2", f"{op}-tp2-ub.nvidia_bf16_tp2"
@@ -114,6 +115,7 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
     members, tuned = block_members(s, 2, pts, RunDir(tmp_path))
     ids = [c.id for c in members]
     assert tuned.id == "layer-tp2-ub.tuned_tp2" and "layer-tp2-ub.fastest_tp2" in ids
+    assert "layer-tp2-nocomm" in ids   # layer.bound (default on): the block's own bound beside the settings
     fast = yaml.safe_load((tmp_path / "presets" / "fastest_tp2.yaml").read_text())
     tuned_cfg = yaml.safe_load((tmp_path / "presets" / "tuned_tp2.yaml").read_text())
     nv = load_preset("nvidia_bf16_tp2")
@@ -124,6 +126,12 @@ def test_block_session_adds_the_fastest_combination_where_ties_went_to_the_cheap
         pts[op]["candidates"] = {k: v for k, v in pts[op]["candidates"].items() if "nvidia" not in k}
     members, _ = block_members(s, 2, pts, RunDir(tmp_path / "b"))
     assert "layer-tp2-ub.fastest_tp2" not in [c.id for c in members]
+    s.layer = Layer.from_dict({"bound": False})
+    members, _ = block_members(s, 2, pts, RunDir(tmp_path / "c"))
+    assert "layer-tp2-nocomm" not in [c.id for c in members]
+    s.layer, s.model.model.is_moe = Layer.from_dict({}), True    # an MoE block has no bound of its own
+    members, _ = block_members(s, 2, pts, RunDir(tmp_path / "d"))
+    assert "layer-tp2-nocomm" not in [c.id for c in members]
 
 
 def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_path):
@@ -136,9 +144,10 @@ def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_
     from tptune.te.megatron_flags import block_switches
     from tptune.te.ubcfg import load_preset
 
-    s = types.SimpleNamespace(backend="te", decision=Decision.from_dict({"noise_floor": 0.02}),
+    s = types.SimpleNamespace(backend="te", decision=Decision.from_dict({"noise_floor": 0.02}), layer=Layer.from_dict({}),
                               search=Search.from_dict({"te_presets": []}),
-                              model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16")))
+                              model=types.SimpleNamespace(workload=types.SimpleNamespace(is_fp8=False, ub_rules="bf16"),
+                                                          model=types.SimpleNamespace(is_moe=False)))
     pts = {}
     for op, rs_ms, bulk_ms in (("qkv", 3.0, 3.3), ("fc1", 17.9, 17.5)):
         rs, bulk = f"{op}-tp2-ub.te+dgrad.ring", f"{op}-tp2-ub.te+dgrad.bulk.sm2"

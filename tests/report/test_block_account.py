@@ -45,3 +45,21 @@ def test_report_shows_the_account():
     text = (RESULTS / "tp24-llama3-70b-h200x4/rep1/report.md").read_text()
     assert "## Where the block's time above its bound goes (TP 4, 2 layers, medians, ms)" in text
     assert "an account, not a decision" in text
+
+
+def test_a_measured_block_bound_replaces_the_estimate():
+    """Where the block session measured its own bound (layer.bound: the nocomm block), the account uses it
+    and keeps the ops' estimate beside it; the bound is no reference."""
+    d = _decisions("tp24-llama3-70b-h200x4/rep1")
+    layer = d["meta"]["layer"]["4"]
+    none_ms = next(r["median_ms"] for r in layer["settings"] if r["variant"] == "none")
+    estimate = {a["tp"]: a for a in block_account(d)}[4]
+    layer["settings"].append({"case": "layer-tp4-nocomm", "variant": "nocomm", "status": "ok",
+                              "median_ms": none_ms - 3.0})
+    a = {a["tp"]: a for a in block_account(d)}[4]
+    assert a["bound_measured"] and not estimate["bound_measured"]
+    assert a["bound_ms"] == pytest.approx(none_ms - 3.0) and a["exposed_ms"] == pytest.approx(3.0)
+    assert a["ops_exposed_ms"] == pytest.approx(estimate["exposed_ms"])
+    assert a["hidden"] == pytest.approx((none_ms - a["tuned_ms"]) / 3.0)
+    assert "nocomm" not in {r["variant"] for r in a["references"]}
+    assert a["left_ms"] == pytest.approx(a["in_ops_ms"] + a["block_only_ms"])

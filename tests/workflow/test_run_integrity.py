@@ -166,7 +166,7 @@ SETTINGS = [
     ("search.num_sm", [2, 4], False), ("search.te_presets", [], False), ("search.pipeline", True, False),
     ("search.atomic_gemm", True, True), ("search.cga_size", 2, False), ("search.set_sm_margin", 1, False),
     ("search.te_methods", {"fprop": ["bulk"]}, False), ("search.knobs", {}, False),
-    ("layer.num_layers", 3, True), ("layer.enabled", False, False),
+    ("layer.num_layers", 3, True), ("layer.enabled", False, False), ("layer.bound", False, True),
     ("launcher.cpu_threads_per_rank", 2, True), ("launcher.env", {"X_TPTUNE": "1"}, True),
     ("launcher.multicast", True, True), ("launcher.retries", 3, False), ("launcher.case_timeout_s", 61, False),
     ("launcher.startup_timeout_s", 301, False), ("launcher.idle_timeout_s", 6, False),

@@ -264,6 +264,7 @@ def cmd_layer(a) -> int:
     from tptune.cli.stages import block_members
     from tptune.decide.layer import layer_record
     from tptune.search.measurement import layer_measurement
+    from tptune.search.steps import point_contenders
 
     run = _run_dir(a)
     if a.measure:
@@ -273,7 +274,9 @@ def cmd_layer(a) -> int:
     points = {op: load.tp_point(run, op, a.tp) for op in s.ops}
     members, tuned = block_members(s, a.tp, points, run)
     if a.measure:
-        m = {**m, "members": [c.id for c in members], "always": [tuned.id]}
+        # the bound (nocomm) is measured every round beside the others but never leads: a session whose
+        # leader was the bound would resolve every setting against it after min_rounds and stop there
+        m = {**m, "members": [c.id for c in members], "always": [tuned.id], "contenders": point_contenders(members)}
         _measure_session(s, m, members, run, run.layer_session(a.tp), presets_dir=run.presets)
     write_record(Path(a.out), layer_record(s, a.tp, load_session(run.layer_session(a.tp)), tuned.id))
     return 0

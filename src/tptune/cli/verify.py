@@ -32,7 +32,7 @@ from tptune.measure.preflight import resolve_here
 from tptune.measure.session_spec import SessionSpec
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
-from tptune.search.steps import canary_case
+from tptune.search.steps import canary_case, point_contenders
 from tptune.settings.resolve import DEFAULTS, ROOT, deep_merge, load_config_files
 from tptune.stats.noise import compare_points
 from tptune.stats.numerics import summary_text
@@ -109,7 +109,8 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
                                "preset_switches": pair_switches})
         sdir = folder.sessions / op / f"tp{tp}"
         spec = SessionSpec(f"{op}/tp{tp}", members, s.model, op_settings,
-                           canary=canary_case(s, tp) if op == "layer" else None, margin=floor)
+                           canary=canary_case(s, tp) if op == "layer" else None, margin=floor,
+                           contenders=point_contenders(members))
         rec = launcher.session(spec, sdir)
         runs = load_session(sdir).points
         none, te = runs.get(f"{op}-tp{tp}-none"), runs.get(f"{op}-tp{tp}-ub.te")

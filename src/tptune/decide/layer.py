@@ -138,7 +138,11 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict]) -> tuple[list[Case]
             _, _, fast, fast_notes = per_mode_combos(s, by_op, tp, floor, fastest=True)[0]
         block_presets.append(_preset(tuned_preset(tp), cfgs, notes, f"tuned combination at TP={tp}, per op:"))
         presets = s.search.te_presets
-        variants = ["none", "ub.te"] + [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
+        # the block's own bound: the local-copy collectives keep a dense block's shapes; an MoE block's token
+        # dispatch gathers routing counts through them too, which copies cannot stand in for
+        bound = s.layer.bound and not s.model.model.is_moe
+        variants = ["none"] + (["nocomm"] if bound else []) + ["ub.te"] + \
+            [f"ub.{p}" for p in presets] + [f"ub.{tuned_preset(tp)}"]
         if other is not None:
             omode, ocfgs, onotes = other
             block_presets.append(_preset(other_mode_preset(tp), ocfgs, onotes,

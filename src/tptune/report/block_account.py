@@ -1,6 +1,7 @@
 """Where a block's time above its bound goes, per layer TP (issue 35: "where TP 4's exposed time goes").
 
-The block's own no-communication bound is not measured; the ops' are. So the block's bound is estimated
+The block's bound is its own no-communication bound where the layer stage measured it (``layer.bound``:
+the block's ``nocomm`` setting, TE's TP collectives as local copies); else it is estimated from the ops'
 as the block without overlap less the tuned ops' exposed communication (num_layers x the sum over the ops
 of no overlap - bound, each op alone): the fastest any overlap setting of these ops could make the block
 (for an MoE block, TP communication of the tuned ops only, not the experts' all-to-all). Against it: the
@@ -42,16 +43,19 @@ def block_account(decisions: dict) -> list[dict]:
         if not ops or none_ms is None or tuned_ms is None:
             continue
         layers = int(rec.num_layers or 1)
-        exposed = layers * sum(o["exposed_ms"] for o in ops)
+        ops_exposed = layers * sum(o["exposed_ms"] for o in ops)
+        measured = block.get("nocomm")     # the block's own bound, where the layer stage measured it
+        bound = measured if measured is not None else none_ms - ops_exposed
+        exposed = none_ms - bound
         if exposed <= 0:
             continue
-        bound = none_ms - exposed
         left = tuned_ms - bound
         in_ops = layers * sum(o["left_ms"] for o in ops)
         refs = [{"variant": v, "ms": ms, "limit": ms / bound, "hidden": (none_ms - ms) / exposed}
-                for v, ms in block.items() if ms is not None and v not in ("none", tuned_variant)]
+                for v, ms in block.items() if ms is not None and v not in ("none", "nocomm", tuned_variant)]
         out.append({"tp": int(tp), "num_layers": layers, "none_ms": none_ms, "tuned_ms": tuned_ms,
                     "tuned": tuned_variant, "exposed_ms": exposed, "bound_ms": bound,
+                    "bound_measured": measured is not None, "ops_exposed_ms": ops_exposed,
                     "hidden": (none_ms - tuned_ms) / exposed, "left_ms": left, "in_ops_ms": in_ops,
                     "block_only_ms": left - in_ops, "ops": ops,
                     "references": sorted(refs, key=lambda r: r["ms"])})

@@ -121,6 +121,7 @@ class Layer(_Block):
     """The layer stage: the per-op choices proven on a block of ``num_layers`` transformer layers."""
     enabled: bool = True
     num_layers: int = 2
+    bound: bool = True      # te: the block's own no-communication bound (nocomm) measured beside the settings
 
     def block_settings(self) -> dict:
         """What a block session is measured with (all but ``enabled``)."""

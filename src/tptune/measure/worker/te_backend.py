@@ -58,13 +58,12 @@ import contextlib
 import math
 
 import torch
-import torch.distributed as dist
-from torch.profiler import record_function
 
 from tptune.cases import Case
 from tptune.measure.worker import numerics
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
-from tptune.measure.worker.te_common import LAYERNORM_EPS, TeBench, bench_ub_cfgs, case_environment, prime_reference
+from tptune.measure.worker.te_common import (LAYERNORM_EPS, LocalCollectives, TeBench, bench_ub_cfgs, case_environment,
+                                             finite_result, prime_reference)
 from tptune.model.ops import parallel_kind, weight_shape
 from tptune.model.spec import ModelConfig
 from tptune.te.fp8 import UB_RECIPES
@@ -101,69 +100,6 @@ def check_case(case: Case, mc: ModelConfig, world_size: int | None = None) -> No
                 raise ValueError(f"{case.id}: recipe {w.recipe!r} cannot use userbuffers (TE's "
                                  "fill_userbuffers_buffer_for_all_gather: delayed, current and mxfp8 only); "
                                  "run none/nocomm")
-
-
-def finite_result(test: dict, ctx: RankContext, checked: str) -> dict:
-    """none/nocomm numerics: every tensor finite on every rank."""
-    finite = all(bool(torch.isfinite(t).all()) for t in test.values())
-    flag = torch.tensor([0.0 if finite else 1.0], device=ctx.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ctx.group)
-    return {"ok": bool(flag.item() == 0.0), "reference": None, "checked": checked, "tensors": sorted(test)}
-
-
-class _LocalWork:
-    """The handle an async stand-in collective returns: already complete."""
-
-    def wait(self, *args, **kwargs):
-        return True
-
-    def is_completed(self):
-        return True
-
-
-class LocalCollectives:
-    """nocomm: all_gather_into_tensor / reduce_scatter_tensor as local copies on one rank of ``world``.
-
-    Gather: the rank's shard into its slice, a frozen copy of the first shard seen (per dtype and size)
-    into the others, so every slice holds real, finite data of the tensor's kind (FP8 bytes included)
-    and nothing is read from another GPU. Reduce-scatter: the rank's slice of its own input."""
-
-    def __init__(self, rank: int, world: int):
-        self.rank, self.world = rank, world
-        self._frozen: dict = {}
-
-    def all_gather_into_tensor(self, out, inp, group=None, async_op=False):
-        src = inp.reshape(-1)
-        if out.numel() != src.numel() * self.world:
-            raise RuntimeError(f"nocomm gather: output of {out.numel()} elements for {self.world} shards "
-                               f"of {src.numel()}")
-        key = (src.dtype, src.numel(), str(src.device))
-        frozen = self._frozen.get(key)
-        if frozen is None:
-            frozen = self._frozen[key] = src.detach().clone()
-        with record_function("tptune.nocomm.gather"):
-            slices = out.view(self.world, -1)
-            for r in range(self.world):
-                slices[r].copy_(src if r == self.rank else frozen)
-        return _LocalWork() if async_op else None
-
-    def reduce_scatter_tensor(self, out, inp, op=None, group=None, async_op=False):
-        if inp.numel() != out.numel() * self.world:
-            raise RuntimeError(f"nocomm reduce-scatter: input of {inp.numel()} elements for {self.world} "
-                               f"slices of {out.numel()}")
-        with record_function("tptune.nocomm.scatter"):
-            out.view(-1).copy_(inp.reshape(self.world, -1)[self.rank])
-        return _LocalWork() if async_op else None
-
-    @contextlib.contextmanager
-    def installed(self):
-        """torch.distributed's two functions replaced for the duration (TE looks them up per call)."""
-        saved = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
-        dist.all_gather_into_tensor, dist.reduce_scatter_tensor = self.all_gather_into_tensor, self.reduce_scatter_tensor
-        try:
-            yield
-        finally:
-            dist.all_gather_into_tensor, dist.reduce_scatter_tensor = saved
 
 
 class TeOpBench(TeBench):

@@ -3,8 +3,9 @@
 An MoE model's block has its MoE layers (``_moe_config``; untested on a GPU yet: scripts/gpu_moe_block_tp1.py
 checks the builder at TP 1). Case "layer-tp<N>-<variant>": ``num_layers`` (settings["layer"]["num_layers"], default 2) GPT layers
 of the model's real shapes (attention included: TE's fused attention, causal, GQA; gated MLP; RMSNorm;
-no bias), sequence parallel, bf16. Variants: ``none`` (tp_comm_overlap off: TE's NCCL collectives)
-and ``ub.<preset>`` (tp_comm_overlap on, initialize_ub with the preset's full ten-GEMM ub_cfgs; the
+no bias), sequence parallel, bf16. Variants: ``none`` (tp_comm_overlap off: TE's NCCL collectives),
+``nocomm`` (the block's no-communication bound: ``none`` with TE's TP collectives as local copies while it
+runs, te_common.LocalCollectives; its numerics are only checked finite) and ``ub.<preset>`` (tp_comm_overlap on, initialize_ub with the preset's full ten-GEMM ub_cfgs; the
 preset is looked up in settings["te"]["presets_dirs"] first, so a run's tuned combination or a
 user's --tp-comm-overlap-cfg file is measured as it is). fwd+bwd of the block is what is timed,
 through the same harness as the per-op cases.
@@ -40,8 +41,9 @@ import torch
 from tptune.cases import Case
 from tptune.measure.worker import numerics
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
-from tptune.measure.worker.te_common import (AMAX_COMPUTE_ALGO, AMAX_HISTORY_LEN, LAYERNORM_EPS, TeBench,
-                                             bench_ub_cfgs, case_environment, prime_reference)
+from tptune.measure.worker.te_common import (AMAX_COMPUTE_ALGO, AMAX_HISTORY_LEN, LAYERNORM_EPS, LocalCollectives,
+                                             TeBench, bench_ub_cfgs, case_environment, finite_result,
+                                             prime_reference)
 from tptune.model.spec import FP8_RECIPES, ModelConfig
 from tptune.te.megatron_flags import block_switches, check_switches
 
@@ -60,8 +62,8 @@ def _seed_rng(seed: int) -> None:
 
 class TeBlockBench(TeBench):
     def __init__(self, case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, seed: int = 1234):
-        if case.variant.kind not in ("none", "ub"):
-            raise ValueError(f"{case.id}: a layer case is none or ub.<preset> on the te backend")
+        if case.variant.kind not in ("none", "nocomm", "ub"):
+            raise ValueError(f"{case.id}: a layer case is none, nocomm or ub.<preset> on the te backend")
         self._require_cuda(case, ctx)
         if ctx.world_size != case.tp:
             raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {ctx.world_size}")
@@ -74,6 +76,9 @@ class TeBlockBench(TeBench):
         self.dtype = TORCH_DTYPES[w.dtype]
         self.fp8 = w.is_fp8
         self.overlap = case.variant.kind == "ub"
+        # nocomm: the no-overlap block with its TP collectives as local copies while it runs, the block's
+        # own no-communication bound (te_common.LocalCollectives, as the op benches' bound)
+        self.local = LocalCollectives(ctx.rank, case.tp) if case.variant.kind == "nocomm" else None
         self.ub_cfgs, self.switches = None, None
         if self.overlap:
             self.ub_cfgs = bench_ub_cfgs(case, mc, self.te_settings)
@@ -169,9 +174,17 @@ class TeBlockBench(TeBench):
             out = block(hidden_states=x, attention_mask=None)
         return out[0] if isinstance(out, tuple) else out
 
+    def _collectives(self):
+        return self.local.installed() if self.local is not None else contextlib.nullcontext()
+
     def forward(self):
-        self.out = self._run(self.block, self.x)
+        with self._collectives():
+            self.out = self._run(self.block, self.x)
         return self.out
+
+    def backward(self):
+        with self._collectives():
+            super().backward()
 
     def grad_params(self):
         return self.block.parameters()
@@ -196,6 +209,10 @@ class TeBlockBench(TeBench):
         weights. The measured block is released first: the fp32 block needs about twice its memory. The
         references are kept for the session's next setting when the weights and data are the same."""
         self.zero_grad()
+        if self.local is not None:   # the bound computes on copies of its own shards: finite is all it can be
+            with self._collectives():
+                test = self.tensors(self.block)
+            return finite_result(test, self.ctx, "finite output and gradients (the bound: TP collectives as local copies)")
         test = self.tensors(self.block)
         state = {k: v for k, v in self.block.state_dict().items() if not k.endswith("_extra_state")}
         self.block = self.out = None
