@@ -14,7 +14,7 @@ from tptune.decide.summary import (
     measurement_summary,
     summed_efficiency,
 )
-from tptune.decide.tp import apply_floor, memory_floor, model_tp, settle_undecided
+from tptune.decide.tp import apply_floor, memory_floor, model_scaling, model_tp, settle_undecided
 from tptune.decide.tp_point import (
     best_at,
     knob_summary,
@@ -106,7 +106,7 @@ def decide(s: Settings, run: RunDir, final_files: list[Path]) -> Answer:
     mem = memory_floor(s, recorded_gpu_memory(run))
     all_tps = sorted({t for pts in points_by_op.values() for t in pts})
     model_eff = summed_efficiency(records, points_by_op)
-    rule_tp = settle_undecided(rule_tp, tp_evidence, model_eff, mem)
+    rule_tp = settle_undecided(rule_tp, tp_evidence, model_eff, mem, model_scaling(s, points_by_op))
     tp, ev = apply_floor(rule_tp, {**mem, "measured_tps": all_tps}, "model")
     if ev:
         tp_evidence = tp_evidence + [ev]

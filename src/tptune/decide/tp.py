@@ -46,28 +46,48 @@ def memory_floor(s: Settings, recorded_gib: float | None) -> dict:
     return f
 
 
-def settle_undecided(rule_tp: int, evidence: list[dict], efficiency: dict, floor: dict) -> int:
-    """The model's overlap rule states its interval: where the share of the exposed communication the ops
-    hide (``efficiency``, the ops summed, each capped at its bound: the report's figure) has an interval
-    that straddles min_hidden_fraction, the rule is undecided, whatever side its point estimate lies on.
-    Then, in this order: the next TP's scaling decides where it was measured and passed (the chain went on
-    from the start TP); else the memory floor where it needs the start TP or more (apply_floor raises the
-    TP); else the cheaper layout, no TP, is kept, as a tie keeps the cheaper setting, and the record says
-    that more rounds (timing.max_rounds) would decide it. The hiding record is marked ``undecided`` with
-    ``decided_by``; the TP returned is the rule's, before the memory floor."""
+def settle_undecided(rule_tp: int, evidence: list[dict], efficiency: dict, floor: dict,
+                     scaling: tuple[int, list[dict]] | None = None) -> int:
+    """The model's overlap rule states its interval. It is undecided where either of its two tests has an
+    interval across its line, whatever side the point estimate lies on: the share of the exposed
+    communication the ops hide (``efficiency``, the ops summed, each capped at its bound: the report's
+    figure) across min_hidden_fraction while the ops beat no overlap; or the ops' time / no overlap across
+    the margin (faster, perhaps beyond it: 0.970 [0.954, 0.986] against 2%) while the share is not below
+    the line. Then, in this order: the next TP's scaling decides where it was measured and passed
+    (``scaling``: model_scaling's chain from the start TP, or the rule's own where it went on); else the
+    memory floor where it needs the start TP or more (apply_floor raises the TP); else the cheaper layout,
+    no TP, is kept, as a tie keeps the cheaper setting, and the record says that more rounds
+    (timing.max_rounds) would decide it. The hiding record is marked ``undecided`` with ``decided_by``; the
+    TP returned is the rule's, before the memory floor."""
     hide = next((e for e in evidence if e.get("rule") == "hides_communication"), None)
     lo, hi = efficiency.get("lo"), efficiency.get("hi")
-    if (hide is None or hide.get("hidden_fraction") is None or lo is None or hi is None
-            or efficiency.get("fault") or (hide.get("comparison") or {}).get("outcome", 0) >= 0):
-        return rule_tp     # no fraction, or the overlapped setting did not beat no overlap: decided as it was
+    if hide is None or hide.get("hidden_fraction") is None or lo is None or hi is None or efficiency.get("fault"):
+        return rule_tp     # no fraction to judge: decided as it was
     need = hide["min_hidden_fraction"]
-    if not lo < need <= hi:
+    cmp = hide.get("comparison") or {}
+    r, margin = cmp.get("ratio") or {}, hide.get("margin") or 0.0
+    beats = cmp.get("outcome", 0) < 0
+    across_margin = (cmp.get("outcome") == 0 and not cmp.get("resolved") and r.get("lo") is not None
+                     and r.get("hi") is not None and r["lo"] < 1 - margin < r["hi"])
+    if beats and lo < need <= hi:
+        why = f"its interval straddles {need:.0%}"
+    elif across_margin and hi >= need:
+        why = (f"the ops summed read {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] of no overlap ({r.get('rounds')} "
+               f"rounds), across the {margin:.0%} margin")
+    else:
         return rule_tp
     start = hide["tp"]
-    scaled = any(e.get("rule") == "scaling" and e.get("from_tp") == start and e.get("passed") for e in evidence)
+    chain = [e for e in evidence if e.get("rule") == "scaling" and e.get("from_tp") == start]
+    scaled_tp = rule_tp
+    if not chain and scaling is not None:
+        scaled_tp, steps = scaling
+        chain = [e for e in steps if e.get("rule") == "scaling" and e.get("from_tp") == start]
+        if chain and chain[0].get("passed"):
+            evidence.extend({**e, "after_undecided": True} for e in steps)
     floor_tp = floor.get("effective_tp")
-    if scaled:
-        decided_by, then, tp = "scaling", f"TP {start} → {2 * start} scaled within the tolerance, so that decides", rule_tp
+    if chain and chain[0].get("passed"):
+        decided_by, tp = "scaling", scaled_tp
+        then = f"TP {start} → {2 * start} scaled within the tolerance, so that decides"
     elif floor_tp and floor_tp >= start:
         decided_by, then, tp = "memory_floor", "the memory floor decides", 1
     else:
@@ -75,7 +95,7 @@ def settle_undecided(rule_tp: int, evidence: list[dict], efficiency: dict, floor
         then = ("the cheaper layout, no TP, is kept (more rounds, timing.max_rounds, would decide it; a run "
                 "with the TP files can still use them)")
     hide.update({"passed": None, "undecided": True, "decided_by": decided_by, "rule_tp": tp,
-                 "undecided_why": f": its interval straddles {need:.0%}, so the overlap rule is undecided; {then}"})
+                 "undecided_why": f": {why}, so the overlap rule is undecided; {then}"})
     return tp
 
 
@@ -169,16 +189,19 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
     return point
 
 
+def _model_points(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[list[int], dict]:
+    """The TP sizes measured for every op, and at each the ops summed (none, bound, each op's pick)."""
+    floor = s.decision.noise_floor
+    common = sorted(set.intersection(*(set(p) for p in points_by_op.values()))) if points_by_op else []
+    return common, {tp: tp_decision.TpPoints(best=_summed(points_by_op, tp, "fastest", floor),
+                                             none=_summed(points_by_op, tp, "none", floor),
+                                             nocomm=_summed(points_by_op, tp, "nocomm", floor)) for tp in common}
+
+
 def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int, list[dict]]:
     """One TP for the whole model (Megatron has one): the per-op TP rule applied to the sum of the
     ops' times, over the TP sizes measured for every op."""
-    floor = s.decision.noise_floor
-    common = sorted(set.intersection(*(set(p) for p in points_by_op.values()))) if points_by_op else []
-    measured = {}
-    for tp in common:
-        measured[tp] = tp_decision.TpPoints(best=_summed(points_by_op, tp, "fastest", floor),
-                                            none=_summed(points_by_op, tp, "none", floor),
-                                            nocomm=_summed(points_by_op, tp, "nocomm", floor))
+    common, measured = _model_points(s, points_by_op)
     if not measured:
         return 1, []
     rules = dict(_tp_rules(s), allowed_tps=common, start_tp=common[0], trust_verdict=False)
@@ -187,3 +210,18 @@ def model_tp(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int
         rules["allowed_tps"] = [t for t in common if t < nxt] or common[:1]
     chosen, evidence = tp_decision.tp_result("model", measured, **rules)
     return chosen, evidence
+
+
+def model_scaling(s: Settings, points_by_op: dict[str, dict[int, dict]]) -> tuple[int, list[dict]] | None:
+    """The model's scaling steps from its start TP as if that TP had passed (tp_decision.scaling_chain), over
+    the TP sizes measured for every op: (the TP they reach, their evidence), or None where no next TP was
+    measured. settle_undecided reads it when the start TP's hiding test is undecided."""
+    common, measured = _model_points(s, points_by_op)
+    if len(common) < 2:
+        return None
+    rules = _tp_rules(s)
+    _, chosen, chain = tp_decision.scaling_chain("model", measured, common[0], gpus_per_node=rules["gpus_per_node"],
+                                                 allowed_tps=common, tolerance=rules["tolerance"])
+    if chosen is None or not any(e.get("rule") == "scaling" for e in chain):
+        return None
+    return chosen, chain

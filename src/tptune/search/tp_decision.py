@@ -148,7 +148,20 @@ def _replay(op, measured, *, start_tp=DEFAULT_START_TP, gpus_per_node=DEFAULT_GP
     evidence.append({**hide, "op": op, "tp": start_tp})
     if not hide["passed"]:
         return None, 1, evidence
-    tp = start_tp
+    nxt, chosen, chain = scaling_chain(op, measured, start_tp, gpus_per_node=gpus_per_node,
+                                       allowed_tps=allowed_tps, tolerance=tolerance)
+    return nxt, chosen, evidence + chain
+
+
+def scaling_chain(op: str, measured: dict[int, TpPoints], start_tp: int, *, gpus_per_node=DEFAULT_GPUS_PER_NODE,
+                  allowed_tps=None, tolerance=DEFAULT_TOLERANCE) -> tuple[int | None, int | None, list[dict]]:
+    """The scaling steps from ``start_tp`` on (module doc), as if the start TP had passed: (the TP to
+    measure next or None, the chosen TP or None while one is missing, the steps' evidence). The rule runs
+    it after a passed hiding test; decide.tp also after an undecided one, where the next TP was measured."""
+    def fits(tp):
+        return tp <= gpus_per_node and (allowed_tps is None or tp in allowed_tps)
+
+    evidence, tp = [], start_tp
     while True:
         nxt = tp * 2
         if not fits(nxt):
