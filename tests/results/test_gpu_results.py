@@ -555,3 +555,25 @@ def test_measure_noise_three_builds_per_call_meets_the_target_for_te_defaults():
     assert set(gpu) == {"qkv", "proj", "fc1", "fc2"} and all(r["calls"] == 7 and r["host_ahead"] for r in gpu.values())
     assert all(r["median_ms"] >= 1 and r["spread"] <= 0.02 for r in gpu.values())
     assert max(r["spread"] for r in data["summary"] if r["mode"] == "gpu:none") > 0.03
+
+
+TP24 = ROOT / "results" / "tp24-llama3-70b-h200x4"
+
+
+def test_tp24_runs_repeat_their_files_and_the_pooled_tp4_block_is_the_readmes():
+    """Three TP 2 + 4 runs in a row on 4x H200: the same model TP, per-op TPs and byte-identical files at
+    both TPs; the TP 4 block pooled over the three (rep1/pooled_with.json) is the figure the READMEs quote."""
+    metas = [json.loads((TP24 / r / "decisions.json").read_text()) for r in REPS]
+    assert {m["meta"]["model_tp"] for m in metas} == {4}
+    assert {tuple((op, rec["tp"]) for op, rec in m["ops"].items()) for m in metas} == \
+        {(("qkv", 4), ("proj", 4), ("fc1", 4), ("fc2", 4))}
+    for name in ("tp_comm_overlap_cfg.tp2.yaml", "tp_comm_overlap_cfg.tp4.yaml", "megatron_flags.tp2.txt",
+                 "megatron_flags.tp4.txt", "transformer_config_overrides.tp4.yaml"):
+        assert len({(TP24 / r / name).read_text() for r in REPS}) == 1, name
+    pooled = metas[0]["meta"]["layer"]["4"]["pooled"]
+    assert pooled["sessions"] == ["this run", "../rep2/sessions/layer/tp4", "../rep3/sessions/layer/tp4"]
+    recipe = pooled["pooled"]["ub.nemo_tp4_recipe"]
+    assert recipe["pooled_sessions"] == 3 and recipe["rounds"] == 9
+    assert (round(recipe["ratio"], 3), round(recipe["lo"], 3), round(recipe["hi"], 3)) == (0.978, 0.974, 0.982)
+    assert "0.978 [0.974, 0.982]" in (TP24 / "README.md").read_text()
+    assert [int((TP24 / r / "wall_s.txt").read_text()) for r in REPS] == [349, 317, 320]
