@@ -24,9 +24,14 @@ def _session(run_dir, members, host_behind=()):
     d = run_dir / "sessions" / "layer" / "tp2"
     runs = {}
     for cid, (ms, ok) in members.items():
-        rounds = [ms * x for x in DRIFT]
         m = d / cid.split("-", 2)[2]
         m.mkdir(parents=True)
+        runs[cid] = f"{m.name}/run.json"
+        if ms is None:   # a member that failed: no rounds
+            (m / "run.json").write_text(json.dumps({"case": cid, "status": "failed", "session": "layer/tp2",
+                                                    "error": {"kind": "init", "message": "failed to build"}}))
+            continue
+        rounds = [ms * x for x in DRIFT]
         (m / "run.json").write_text(json.dumps({
             "case": cid, "status": "ok", "session": "layer/tp2",
             "timing": {"total_ms": {"median": statistics.median(rounds), "rounds": rounds,
@@ -34,7 +39,6 @@ def _session(run_dir, members, host_behind=()):
             "host": {"host_ms": 10.0, "batches": [{"timing": "gpu_host_ahead", "round": r, "host_ahead": False}
                                                   for r in range(len(rounds))] if cid in host_behind else []},
             "correctness": {"ok": ok}}))
-        runs[cid] = f"{m.name}/run.json"
     (d / "session.json").write_text(json.dumps({"session": "layer/tp2", "runs": runs, "rounds": 4,
                                                 "stop": "resolved after 4 rounds"}))
     return load_session(d)
@@ -169,3 +173,20 @@ def test_block_session_unifies_the_dgrad_mode_that_one_megatron_switch_sets(tmp_
     assert block_switches(o)["tp_comm_overlap_rs_dgrad"] and not block_switches(t)["tp_comm_overlap_rs_dgrad"]
     assert "one switch" in (d / "tuned_tp2.yaml").read_text()
     assert yaml.safe_load((d / "tuned_tp2.yaml").read_text())["fc1_dgrad"]["num_sm"] == 2
+
+
+BOUND = "layer-tp2-nocomm"
+
+
+def test_the_blocks_bound_is_measured_beside_the_settings_but_never_wins_nor_counts_as_a_comparison(tmp_path):
+    """layer.bound: the no-communication block is faster than everything and passes only a finite check;
+    it is no setting to write, and a bound that failed is not 'a reference not compared'."""
+    rec = layer_record(S, 2, _session(tmp_path, {NONE: (81.0, True), BOUND: (76.0, True), NEMO: (79.5, True),
+                                                 TUNED: (78.0, True)}), TUNED)
+    assert rec["winner"] == TUNED and rec["compared"]
+    assert rec["reason"] == "no reference beats the tuned combination on the block beyond the noise"
+    failed = layer_record(S, 2, _session(tmp_path / "b", {NONE: (81.0, True), BOUND: (None, None),
+                                                          TUNED: (78.0, True)}), TUNED)
+    assert failed["winner"] == TUNED and "nocomm" not in failed["reason"]
+    alone = layer_record(S, 2, _session(tmp_path / "c", {BOUND: (76.0, True), TUNED: (78.0, True)}), TUNED)
+    assert not alone["compared"]
