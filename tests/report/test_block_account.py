@@ -63,3 +63,19 @@ def test_a_measured_block_bound_replaces_the_estimate():
     assert a["hidden"] == pytest.approx((none_ms - a["tuned_ms"]) / 3.0)
     assert "nocomm" not in {r["variant"] for r in a["references"]}
     assert a["left_ms"] == pytest.approx(a["in_ops_ms"] + a["block_only_ms"])
+
+
+def test_committed_block_accounts_print_no_share_beyond_its_definition():
+    """Every committed report's block account: shares between 0% and 100% (stats.efficiency's definition),
+    and where a setting reads below the ops' estimate (Qwen3-30B-A3B's host-bound MoE block) no share at
+    all: the estimate is said to be no bound there."""
+    import re
+
+    texts = {p: p.read_text() for p in RESULTS.rglob("report.md") if "legacy" not in p.parts}
+    sections = [s.split("## Plan")[0] for t in texts.values() for s in t.split("## Where the block's time")[1:]]
+    assert len(sections) >= 19
+    for s in sections:
+        for pct in re.findall(r"(-?\d+)%", s):
+            assert 0 <= int(pct) <= 100, s
+    moe = (RESULTS / "knobs-qwen3-30b-a3b-h100x2" / "report.md").read_text()
+    assert "Here it is no bound: `ub.fastest_tp2`, `ub.nvidia_bf16_tp2` read below it" in moe

@@ -56,6 +56,17 @@ def test_a_setting_slower_than_none_hides_nothing_never_below_zero():
     assert e.raw < 0 and e.value == 0.0 and e.capped == "at none"
 
 
+def test_median_efficiency_is_capped_and_gives_no_figure_below_its_bound():
+    """By medians (a bound estimated from other sessions): the same definition, never above 100% nor below 0."""
+    e = efficiency.median_efficiency(10.0, 9.0, 8.0)
+    assert e.value == pytest.approx(0.5) and e.lo is None and e.shown() == "50%"
+    slower = efficiency.median_efficiency(10.0, 11.0, 8.0)
+    assert slower.value == 0.0 and slower.raw == pytest.approx(-0.5) and slower.shown() == "0%, at none"
+    below = efficiency.median_efficiency(10.0, 7.0, 8.0)
+    assert below.value is None and below.raw == pytest.approx(1.5) and "%" not in below.shown()
+    assert efficiency.median_efficiency(10.0, 9.0, 10.5).value is None
+
+
 def test_model_efficiency_sums_the_ops_each_capped_at_its_bound():
     half = pt("a-tp2-ub.x", [n - 0.5 * (n - b) for n, b in zip(point_rounds(NONE).values(),
                                                                point_rounds(BOUND).values())])

@@ -5,26 +5,43 @@ the block's ``nocomm`` setting, TE's TP collectives as local copies); else it is
 as the block without overlap less the tuned ops' exposed communication (num_layers x the sum over the ops
 of no overlap - bound, each op alone): the fastest any overlap setting of these ops could make the block
 (for an MoE block, TP communication of the tuned ops only, not the experts' all-to-all). Against it: the
-share of that exposed time the tuned file hides on the block, the limit over each reference, and the
-tuned block's time still above the estimate, split into what the ops alone leave above their bounds and
-what only appears on the block (ops run beside each other there). All by medians of one session each
-(the block's and each op's TP point): an account in ms, not a decision; the decisions' ratios and
-intervals are elsewhere in the report."""
+share of that exposed time each block setting hides (stats.efficiency's definition: from the block
+session's paired rounds where the bound was measured there, else by medians; capped, never above 100%),
+the limit over each reference, and the tuned block's time still above the bound, split into what the ops
+alone leave above their bounds and what only appears on the block (ops run beside each other there).
+Where a setting reads below an estimated bound, the estimate is no bound for this block and the account
+says so instead. An account in ms, not a decision; the decisions' ratios and intervals are elsewhere in
+the report."""
 from __future__ import annotations
 
 from tptune.cases import parse_case_id
 from tptune.records.layer_result import decided_layers
+from tptune.records.point_fields import INF, point_median
+from tptune.records.sessions import Session
+from tptune.stats.bound import burned_in
+from tptune.stats.efficiency import Efficiency, median_efficiency, op_efficiency
 
 
 def _ms(point: dict | None) -> float | None:
-    if not point or point.get("status") not in (None, "ok"):
-        return None
-    return ((point.get("timing") or {}).get("total_ms") or {}).get("median")
+    m = point_median(point) if point else INF
+    return None if m == INF else m
 
 
-def block_account(decisions: dict) -> list[dict]:
+def _efficiency(session: Session | None, tp, variant: str, ms: float, none_ms: float, bound_ms: float,
+                measured: bool) -> Efficiency:
+    """A block setting's share of the exposed time: paired over the block session's rounds where the bound
+    was measured in it, else by medians."""
+    pts = session.points if session is not None else {}
+    none, bound = pts.get(f"layer-tp{tp}-none"), pts.get(f"layer-tp{tp}-nocomm")
+    if measured and none and bound:
+        return op_efficiency(none, pts.get(f"layer-tp{tp}-{variant}"), burned_in(bound))
+    return median_efficiency(none_ms, ms, bound_ms)
+
+
+def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | None = None) -> list[dict]:
     """One account per layer TP whose block measured no overlap and the tuned file, and whose every op has
-    its no overlap, its bound and its pick measured at that TP (decisions.json's ``points``)."""
+    its no overlap, its bound and its pick measured at that TP (decisions.json's ``points``);
+    ``layer_sessions``: each layer TP's recorded block session, for the paired figures."""
     out = []
     for tp, rec in sorted(decided_layers(decisions["meta"]).items(), key=lambda kv: int(kv[0])):
         block = {row["variant"]: row.get("median_ms") for row in rec.settings if row.get("status") in (None, "ok")}
@@ -49,14 +66,20 @@ def block_account(decisions: dict) -> list[dict]:
         exposed = none_ms - bound
         if exposed <= 0:
             continue
+        settings = {v: ms for v, ms in block.items() if ms is not None and v not in ("none", "nocomm")}
+        below = sorted(v for v, ms in settings.items() if ms < bound)
+        session = (layer_sessions or {}).get(int(tp))
+        eff = {v: _efficiency(session, tp, v, ms, none_ms, bound, measured is not None) for v, ms in settings.items()}
         left = tuned_ms - bound
         in_ops = layers * sum(o["left_ms"] for o in ops)
-        refs = [{"variant": v, "ms": ms, "limit": ms / bound, "hidden": (none_ms - ms) / exposed}
-                for v, ms in block.items() if ms is not None and v not in ("none", "nocomm", tuned_variant)]
+        refs = [{"variant": v, "ms": ms, "limit": ms / bound, "hidden": eff[v].value, "shown": eff[v].shown()}
+                for v, ms in settings.items() if v != tuned_variant]
         out.append({"tp": int(tp), "num_layers": layers, "none_ms": none_ms, "tuned_ms": tuned_ms,
                     "tuned": tuned_variant, "exposed_ms": exposed, "bound_ms": bound,
                     "bound_measured": measured is not None, "ops_exposed_ms": ops_exposed,
-                    "hidden": (none_ms - tuned_ms) / exposed, "left_ms": left, "in_ops_ms": in_ops,
-                    "block_only_ms": left - in_ops, "ops": ops,
+                    # an estimate some setting reads below is no bound for this block
+                    "not_a_bound": below if measured is None else [],
+                    "hidden": eff[tuned_variant].value, "hidden_shown": eff[tuned_variant].shown(),
+                    "left_ms": left, "in_ops_ms": in_ops, "block_only_ms": left - in_ops, "ops": ops,
                     "references": sorted(refs, key=lambda r: r["ms"])})
     return out

@@ -17,7 +17,7 @@ from tptune.stats.wording import classify_ratio
 from tptune.model.plan import plan_summary
 from tptune.records import load
 from tptune.records.layer_result import decided_layers
-from tptune.records.run_dir import RunDir
+from tptune.records.run_dir import RunDir, layer_session_name
 from tptune.records.run_status import run_failures
 from tptune.records.sessions import Session, load_sessions, named
 from tptune.settings.resolve import Settings
@@ -330,13 +330,14 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         where it exists)."""
         return load.text(run.file(name)) if shown is None or name in shown else None
     summary = summary_rows(recorded, decisions)
+    layer_sessions = {int(tp): named(recorded, layer_session_name(tp)) for tp in decided_layers(decisions["meta"])}
     png = plot_summary(summary, run.summary_png)
     text = env_t.get_template("report.md.j2").render(
         card=card, summary_rows=summary, summary_png=str(png.relative_to(run.root)) if png else None,
         layer_num_layers=int(s.layer.num_layers),
         s=s, model=s.model.model, workload=s.model.workload, plan=plan.to_dicts(),
         plan_summary=plan_summary(plan).to_dicts(), decisions=decisions, ops=ops,
-        comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), block_accounts=block_account(decisions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
+        comparison=_comparison(meas, decisions), limits=_limits(meas, decisions), block_accounts=block_account(decisions, layer_sessions), sums=_sums(meas, decisions), cases=meas.to_dicts(),
         tp_files=sorted(p.name for p in run.files("tp_comm_overlap_cfg.tp*.yaml")), failures=failures,
         gpu_s=gpu_s, n_cases=meas.height, n_started=started, env=env, yaml_text=listed_text("tp_comm_overlap_cfg.yaml"),
         chunk_text=listed_text("chunked_cfg.yaml"), run_dir=run.root, sessions=session_rows,

@@ -116,6 +116,21 @@ def op_efficiency(none: dict | None, chosen: dict | None, bound: dict | None) ->
                       hidden_ms=exposed * _clip(e), capped=capped)
 
 
+def median_efficiency(none_ms: float, chosen_ms: float, bound_ms: float) -> Efficiency:
+    """The efficiency from one median each, where no paired rounds exist (a bound estimated from other
+    sessions): capped as op_efficiency caps, but without an interval a setting that reads below the bound
+    cannot be told from one at it, so it gets no figure."""
+    exposed = none_ms - bound_ms
+    if exposed <= 0:
+        return Efficiency(None, None, None, 0, exposed_ms=exposed,
+                          why="the bound is not below no overlap: no exposed communication")
+    e = (none_ms - chosen_ms) / exposed
+    if e > 1:
+        return Efficiency(None, None, None, 0, raw=e, exposed_ms=exposed, why="reads below the bound, by medians")
+    return Efficiency(_clip(e), None, None, 0, raw=e, exposed_ms=exposed, hidden_ms=exposed * _clip(e),
+                      capped="at none" if e < 0 else None)
+
+
 def _op_columns(none: dict, chosen: dict, bound: dict, eff: Efficiency) -> tuple[list[float], list[float]]:
     """(D1, D2) of one op over its shared rounds; a capped op hides its exposed time (D1 := D2), an op
     that chose no overlap hides nothing (D1 := 0)."""
