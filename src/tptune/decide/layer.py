@@ -238,8 +238,8 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
         reason += (f"; {', '.join(by_recipe)} beat{'s' if len(by_recipe) == 1 else ''} it beyond the noise with "
                    "its recipe's environment, which no file of the set carries: measured, never written")
     num_layers = int(s.layer.num_layers)
-    compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id   # the bound is no comparison
-                   and parse_case_id(r["case"]).variant.kind != "nocomm")
+    # the bound is no comparison
+    compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id and r["variant"] != "nocomm")
     return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
             "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
             "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "compared": compared,
@@ -263,7 +263,7 @@ def numerics_row(res: dict | None) -> dict | None:
 def _unbeaten(rows: list[dict], tuned_id: str) -> str:
     """The verdict where nothing beat the tuned combination, naming what was not compared: a setting that
     failed on the block beat nothing and lost to nothing."""
-    others = [r for r in rows if r["case"] != tuned_id and parse_case_id(r["case"]).variant.kind != "nocomm"]
+    others = [r for r in rows if r["case"] != tuned_id and r["variant"] != "nocomm"]
     failed = [r["case"] for r in others if not r["median_ms"]]
     if not failed:
         return "no reference beats the tuned combination on the block beyond the noise"

@@ -96,7 +96,7 @@ def _files(meta: dict, run: RunDir, backend: str) -> dict:
 def _model_tp_reason(meta: dict) -> str:
     """The one rule that set the model TP, in words, from the TP decision's evidence."""
     tp, ev = meta.get("model_tp"), meta.get("model_tp_evidence") or []
-    floor = next((e for e in ev if e.get("rule") == "memory_floor" and not e.get("passed")), None)
+    floor = _raised_floor(meta)
     undecided = next((e for e in ev if e.get("rule") == "hides_communication" and e.get("undecided")), None)
     if undecided:
         then = f"; memory floor: {floor.get('reason') or floor.get('why')}" if floor else ""
@@ -232,11 +232,16 @@ def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
             "tp_sizes": list(s.tp_sizes)}
 
 
+def _raised_floor(meta: dict) -> dict | None:
+    """The memory floor's evidence where it raised the model TP (decide.tp.apply_floor), else None."""
+    return next((e for e in meta.get("model_tp_evidence") or [] if e.get("rule") == "memory_floor"
+                 and not e.get("passed")), None)
+
+
 def _unmeasured_tp(meta: dict) -> int | None:
     """The model TP when the memory floor raised the answer to a TP this run did not measure (decide.tp.apply_floor
     records ``measured``): there is no setting or file for it."""
-    floor = next((e for e in meta.get("model_tp_evidence") or [] if e.get("rule") == "memory_floor"
-                  and not e.get("passed")), None)
+    floor = _raised_floor(meta)
     return meta.get("model_tp") if floor and floor.get("measured") is False else None
 
 

@@ -65,11 +65,10 @@ def open_clock(device) -> GpuClock | None:
     if lib is None:
         return None
     props = torch.cuda.get_device_properties(device)
-    uuid = str(props.uuid)
+    handle = nvml.handle(str(props.uuid))
+    if handle is not None:
+        return GpuClock(lib, handle)
     handle = ctypes.c_void_p()
-    for name in (uuid, "GPU-" + uuid):
-        if lib.nvmlDeviceGetHandleByUUID(name.encode(), ctypes.byref(handle)) == 0:
-            return GpuClock(lib, handle)
     if hasattr(props, "pci_bus_id"):
         bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
         if lib.nvmlDeviceGetHandleByPciBusId_v2(bus.encode(), ctypes.byref(handle)) == 0:

@@ -54,7 +54,6 @@ FP8 (workload dtype fp8; read from NVIDIA/TransformerEngine@d0067d0da6cb01811b80
 """
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -210,10 +209,6 @@ class TeOpBench(TeBench):
         out = (layer if layer is not None else self.layer)(x)
         return out[0] if isinstance(out, tuple) else out
 
-    def _collectives(self):
-        """nocomm: TE's TP collectives as local copies (LocalCollectives); else unchanged."""
-        return self.local.installed() if self.local is not None else contextlib.nullcontext()
-
     def _autocast_run(self, x: torch.Tensor, layer=None) -> torch.Tensor:
         with self._autocast():
             return self._run(x, layer=layer)
@@ -222,10 +217,6 @@ class TeOpBench(TeBench):
         with self._collectives():
             self.out = self._autocast_run(self.x)
         return self.out
-
-    def backward(self):
-        with self._collectives():
-            super().backward()
 
     def grad_params(self):
         return self._params().values()

@@ -174,17 +174,10 @@ class TeBlockBench(TeBench):
             out = block(hidden_states=x, attention_mask=None)
         return out[0] if isinstance(out, tuple) else out
 
-    def _collectives(self):
-        return self.local.installed() if self.local is not None else contextlib.nullcontext()
-
     def forward(self):
         with self._collectives():
             self.out = self._run(self.block, self.x)
         return self.out
-
-    def backward(self):
-        with self._collectives():
-            super().backward()
 
     def grad_params(self):
         return self.block.parameters()

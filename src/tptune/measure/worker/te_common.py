@@ -202,7 +202,17 @@ def case_environment(case: Case, te_settings: dict):
 class TeBench(Bench):
     """What the op and block benches share: the CUDA requirement, TE's imports and the FP8 recipe, the
     recipe's context, userbuffers' start and release. A subclass sets case, mc, ctx, tp, dtype, fp8,
-    te_settings and ub_cfgs before _load_te, and releases its modules in _teardown."""
+    te_settings and ub_cfgs before _load_te, and releases its modules in _teardown. A nocomm bench (the
+    no-communication bound) sets ``local`` to its LocalCollectives; its forward runs under _collectives()."""
+    local: LocalCollectives | None = None
+
+    def _collectives(self):
+        """nocomm: TE's TP collectives as local copies (LocalCollectives); else unchanged."""
+        return self.local.installed() if self.local is not None else contextlib.nullcontext()
+
+    def backward(self):
+        with self._collectives():
+            super().backward()
 
     def _require_cuda(self, case: Case, ctx: RankContext) -> None:
         if REQUIRE_CUDA and not ctx.is_cuda:
