@@ -571,9 +571,34 @@ def test_tp24_runs_repeat_their_files_and_the_pooled_tp4_block_is_the_readmes():
                  "megatron_flags.tp4.txt", "transformer_config_overrides.tp4.yaml"):
         assert len({(TP24 / r / name).read_text() for r in REPS}) == 1, name
     pooled = metas[0]["meta"]["layer"]["4"]["pooled"]
-    assert pooled["sessions"] == ["this run", "../rep2/sessions/layer/tp4", "../rep3/sessions/layer/tp4"]
+    assert pooled["sessions"] == ["this run", "../rep2/sessions/layer/tp4", "../rep3/sessions/layer/tp4",
+                                  "../rep4/sessions/layer/tp4"]
     recipe = pooled["pooled"]["ub.nemo_tp4_recipe"]
-    assert recipe["pooled_sessions"] == 3 and recipe["rounds"] == 9
-    assert (round(recipe["ratio"], 3), round(recipe["lo"], 3), round(recipe["hi"], 3)) == (0.978, 0.974, 0.982)
-    assert "0.978 [0.974, 0.982]" in (TP24 / "README.md").read_text()
-    assert [int((TP24 / r / "wall_s.txt").read_text()) for r in REPS] == [349, 317, 320]
+    assert recipe["pooled_sessions"] == 4 and recipe["rounds"] == 11
+    assert (round(recipe["ratio"], 3), round(recipe["lo"], 3), round(recipe["hi"], 3)) == (0.980, 0.976, 0.983)
+    assert "0.980 [0.976, 0.983]" in (TP24 / "README.md").read_text()
+    assert [int((TP24 / r / "wall_s.txt").read_text()) for r in (*REPS, "rep4")] == [349, 317, 320, 364]
+
+
+def test_tp24_rep4_measured_the_blocks_bound_and_wrote_the_faster_combination():
+    """rep4 (a later lease, the same config) measured the block's own no-communication bound at both TPs;
+    its tuned TP 4 combination is rep1-3's (so it pools with them), but the block found tptune's fastest
+    combination faster beyond the noise, so the TP 4 file holds that one, and the report's account follows
+    the written file."""
+    rep4 = json.loads((TP24 / "rep4" / "decisions.json").read_text())["meta"]["layer"]
+    for tp in ("2", "4"):
+        bound = next(r for r in rep4[tp]["settings"] if r["variant"] == "nocomm")
+        none = next(r for r in rep4[tp]["settings"] if r["variant"] == "none")
+        assert bound["status"] == "ok" and bound["median_ms"] < none["median_ms"]
+    assert rep4["4"]["winner"] == "layer-tp4-ub.fastest_tp4"
+    fastest = next(r for r in rep4["4"]["settings"] if r["variant"] == "ub.fastest_tp4")
+    assert fastest["tuned_vs"]["ratio"]["lo"] > 1.0
+    def entries(path):   # the file without its comment header (which names each op's measured ms)
+        return [ln for ln in path.read_text().splitlines() if not ln.startswith("#")]
+    assert entries(TP24 / "rep4" / "presets" / "tuned_tp4.yaml") == entries(TP24 / "rep1" / "presets" / "tuned_tp4.yaml")
+    written = entries(TP24 / "rep4" / "tp_comm_overlap_cfg.tp4.yaml")
+    assert "qkv_dgrad: {method: bulk, num_sm: 8, cga_size: 2, set_sm_margin: true}" in written
+    # the answer's per-op line names each op's pick measured alone, so it must say the file holds another
+    answer = (TP24 / "rep4" / "report.md").read_text().split("## ")[1]
+    assert "the TP 4 file holds the block-level winner `layer-tp4-ub.fastest_tp4` instead" in answer
+    assert "holds the block-level winner" not in (TP24 / "rep1" / "report.md").read_text().split("## ")[1]

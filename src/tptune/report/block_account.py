@@ -7,8 +7,10 @@ of no overlap - bound, each op alone): the fastest any overlap setting of these 
 (for an MoE block, TP communication of the tuned ops only, not the experts' all-to-all). Against it: the
 share of that exposed time each block setting hides (stats.efficiency's definition: from the block
 session's paired rounds where the bound was measured there, else by medians; capped, never above 100%),
-the limit over each reference, and the tuned block's time still above the bound, split into what the ops
-alone leave above their bounds and what only appears on the block (ops run beside each other there).
+the limit over each reference, and the written file's block time still above the bound, split into what
+the ops alone leave above their bounds and what only appears on the block (ops run beside each other
+there). The written file is the block-level winner (decide.layer): the tuned combination unless the block
+picked another, which the account then names, the tuned one among the references.
 Where a setting reads below an estimated bound, the estimate is no bound for this block and the account
 says so instead. An account in ms, not a decision; the decisions' ratios and intervals are elsewhere in
 the report."""
@@ -46,7 +48,10 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
     for tp, rec in sorted(decided_layers(decisions["meta"]).items(), key=lambda kv: int(kv[0])):
         block = {row["variant"]: row.get("median_ms") for row in rec.settings if row.get("status") in (None, "ok")}
         tuned_variant = parse_case_id(rec.tuned).variant_id if rec.tuned else None
-        none_ms, tuned_ms = block.get("none"), block.get(tuned_variant)
+        written = parse_case_id(rec.winner).variant_id if rec.winner else tuned_variant
+        if block.get(written) is None:
+            written = tuned_variant
+        none_ms, written_ms = block.get("none"), block.get(written)
         ops = []
         for op, orec in decisions["ops"].items():
             p = (orec.get("points") or {}).get(str(tp)) or {}
@@ -57,7 +62,7 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
             ops.append({"op": op, "none_ms": none, "bound_ms": bound, "pick_ms": pick,
                         "setting": (p.get("fastest") or {}).get("case"),
                         "exposed_ms": none - bound, "left_ms": max(0.0, pick - bound)})
-        if not ops or none_ms is None or tuned_ms is None:
+        if not ops or none_ms is None or written_ms is None:
             continue
         layers = int(rec.num_layers or 1)
         ops_exposed = layers * sum(o["exposed_ms"] for o in ops)
@@ -70,16 +75,16 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
         below = sorted(v for v, ms in settings.items() if ms < bound)
         session = (layer_sessions or {}).get(int(tp))
         eff = {v: _efficiency(session, tp, v, ms, none_ms, bound, measured is not None) for v, ms in settings.items()}
-        left = tuned_ms - bound
+        left = written_ms - bound
         in_ops = layers * sum(o["left_ms"] for o in ops)
         refs = [{"variant": v, "ms": ms, "limit": ms / bound, "hidden": eff[v].value, "shown": eff[v].shown()}
-                for v, ms in settings.items() if v != tuned_variant]
-        out.append({"tp": int(tp), "num_layers": layers, "none_ms": none_ms, "tuned_ms": tuned_ms,
-                    "tuned": tuned_variant, "exposed_ms": exposed, "bound_ms": bound,
+                for v, ms in settings.items() if v != written]
+        out.append({"tp": int(tp), "num_layers": layers, "none_ms": none_ms, "written_ms": written_ms,
+                    "written": written, "picked_over_tuned": written != tuned_variant, "exposed_ms": exposed, "bound_ms": bound,
                     "bound_measured": measured is not None, "ops_exposed_ms": ops_exposed,
                     # an estimate some setting reads below is no bound for this block
                     "not_a_bound": below if measured is None else [],
-                    "hidden": eff[tuned_variant].value, "hidden_shown": eff[tuned_variant].shown(),
+                    "hidden": eff[written].value, "hidden_shown": eff[written].shown(),
                     "left_ms": left, "in_ops_ms": in_ops, "block_only_ms": left - in_ops, "ops": ops,
                     "references": sorted(refs, key=lambda r: r["ms"])})
     return out
