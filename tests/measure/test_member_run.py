@@ -368,3 +368,36 @@ def test_futile_comparison_stops_the_session_early(tmp_path, mc):
     for rec in (early, full):
         r = rec["ratios_to_leader"][B]
         assert rec["leader"] == A and r["lo"] < 1.02 < r["hi"]      # straddles the margin: undecided
+
+
+def test_a_member_whose_host_fell_behind_after_every_attempt_gets_one_attempt_next_round(tmp_path, mc):
+    """A host-bound member (every attempt's batch behind: Qwen3-30B-A3B's MoE block on 2x H100) is not
+    retried with ever longer sleeps in every round: its next batch gets one attempt; a batch that gets
+    the host ahead gives the member the worker's full count back. Others are untouched."""
+    lz = object.__new__(Launcher)
+    lz.backend, lz.device, lz.sig = "torch", "cpu", "test"
+    lz.lc = LauncherSettings.from_dict({"retries": 0})
+    lz.pool_dir = tmp_path / "pool"
+    lz.pool = GpuPool(lz.pool_dir / "locks", ["0", "1"])
+    seen = {}
+    behind_rounds = {B: {0, 1}}          # B's host falls behind in its rounds 0 and 1, then gets ahead
+
+    def measure_once(case, mc_, out_dir, settings, gpus, attempts):
+        k = len(seen.setdefault(case.id, []))
+        seen[case.id].append(settings["timing"].get("host_attempts"))
+        ahead = k not in behind_rounds.get(case.id, set())
+        ms = BASE_MS[case.id]
+        res = ok([rank(0, [ms] * 3, ahead=ahead), rank(1, [ms] * 3)])
+        res["held_s"] = 0.01
+        attempts.append({k2: v for k2, v in res.items() if k2 != "reply"})
+        return res
+
+    lz._measure_once = measure_once
+    members = [parse_case_id(c) for c in (A, B)]
+    rec = lz.session(SessionSpec("s", members, mc, {"timing": {"min_rounds": 4, "max_rounds": 4}}, margin=0.02),
+                     tmp_path / "s", )
+    assert rec["rounds"] == 4
+    assert seen[A] == [None] * 4
+    assert seen[B] == [None, 1, 1, None]   # behind in round 0 -> one attempt; ahead in round 2 -> full again
+    run_b = json.loads((tmp_path / "s" / rec["runs"][B]).read_text())
+    assert [b["host_ahead"] for b in run_b["host"]["batches"]] == [False, False, True, True]

@@ -476,6 +476,9 @@ class Launcher:
             first = not measured.rounds[case.id]
             settings = self._settings_for(case, spec.op_settings, spec.faults, profile=first and spec.evidence,
                                           check=first and spec.evidence)
+            n = host_attempts(measured.rounds[case.id])
+            if n is not None:
+                settings = {**settings, "timing": {**settings["timing"], "host_attempts": n}}
             res = self._measure_once(case, spec.model, dir_of[case.id], settings, gpus, measured.attempts[case.id])
             if res["status"] == "ok":
                 measured.rounds[case.id].append((r, res))
@@ -577,6 +580,17 @@ def _session_lock(session_dir: Path, timeout: float = 24 * 3600):
         yield time.monotonic() - t0
     finally:
         fh.close()
+
+
+def host_attempts(rounds: list) -> int | None:
+    """The host-ahead attempts of a member's next batch: one where its last batch fell behind after every
+    attempt on some rank (worker.timing: a retry grows the sleep, which a host-bound block's launches
+    outrun every time), else None (the worker's own count). A batch that gets ahead restores the count."""
+    if not rounds:
+        return None
+    batches = [x.get("batch") or {} for x in rounds[-1][1]["reply"]["ranks"]]
+    behind = [b for b in batches if b.get("timing") == "gpu_host_ahead" and b.get("host_ahead") is False]
+    return 1 if behind else None
 
 
 def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:

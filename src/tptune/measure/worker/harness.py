@@ -22,7 +22,7 @@ from tptune.measure.worker import te_backend, torch_backend
 from tptune.measure.worker.bench import Bench
 from tptune.measure.worker.context import RankContext
 from tptune.measure.worker.te_block import TeBlockBench
-from tptune.measure.worker.timing import PREROLL_MS, WINDOW_MS, timed_batch
+from tptune.measure.worker.timing import MAX_ATTEMPTS, PREROLL_MS, WINDOW_MS, timed_batch
 from tptune.measure.worker.torch_block import TorchBlockBench
 from tptune.model.ops import LAYER, op_mix, primary_shape
 from tptune.model.spec import ModelConfig
@@ -133,7 +133,8 @@ def _run_shape(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, ou
         _warm_up(bench, ctx, timing["warmup"])
         batch = timed_batch(bench, ctx, timing["iters"], timing.get("mode", "gpu"),
                             preroll_ms=timing.get("preroll_ms", PREROLL_MS),
-                            window_ms=timing.get("window_ms", WINDOW_MS), warmed=timing["warmup"])
+                            window_ms=timing.get("window_ms", WINDOW_MS), warmed=timing["warmup"],
+                            max_attempts=timing.get("host_attempts", MAX_ATTEMPTS))
         t_measure = time.perf_counter() - t0 - t_init
         trace = None
         if settings.get("profile") and timing.get("profile_steps"):

@@ -34,6 +34,9 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
      timed mark found the GPU idle (an event complete right after it is recorded sat behind nothing).
    Otherwise the sleep grows and the batch is measured again (``max_attempts``); the record says
    whether the host stayed ahead and by which check, so a report can flag a batch where it did not.
+   In a session, a member whose last batch fell behind after every attempt gets one attempt in its next
+   round (launch.host_attempts): a host-bound block (Qwen3-30B-A3B's MoE block on 2x H100: every batch of
+   every setting, 4 attempts each, never ahead) spent three quarters of its session retrying.
    A host-bound op (host >= GPU / FED_MARGIN) also gets a 4x shorter pre-roll on each retry (down to
    PREROLL_MIN): its pre-roll's launches can fill CUDA's launch queue, after which the host waits for
    the GPU through the sleep and falls behind it afterwards, however long the sleep (on x2, FP8 qkv under
@@ -315,10 +318,11 @@ def event_batch(bench, ctx, iters: int) -> dict:
 
 
 def timed_batch(bench, ctx, iters: int, mode: str = "gpu", preroll_ms: float = PREROLL_MS,
-                window_ms: float = WINDOW_MS, warmed: int = 0) -> dict:
+                window_ms: float = WINDOW_MS, warmed: int = 0, max_attempts: int = MAX_ATTEMPTS) -> dict:
     """mode "gpu": host-ahead GPU time (CUDA) / wall clock (CPU); "events": per-iteration events."""
     if not ctx.is_cuda:
         return wall_batch(bench, iters)
     if mode == "events":
         return event_batch(bench, ctx, iters)
-    return gpu_batch(bench, ctx, iters, preroll_ms=preroll_ms, window_ms=window_ms, warmed=warmed)
+    return gpu_batch(bench, ctx, iters, max_attempts=max_attempts, preroll_ms=preroll_ms, window_ms=window_ms,
+                     warmed=warmed)
