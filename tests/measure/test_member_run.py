@@ -401,3 +401,59 @@ def test_a_member_whose_host_fell_behind_after_every_attempt_gets_one_attempt_ne
     assert seen[B] == [None, 1, 1, None]   # behind in round 0 -> one attempt; ahead in round 2 -> full again
     run_b = json.loads((tmp_path / "s" / rec["runs"][B]).read_text())
     assert [b["host_ahead"] for b in run_b["host"]["batches"]] == [False, False, True, True]
+
+
+def test_an_interrupted_session_resumes_from_its_completed_rounds(tmp_path, mc):
+    """A session stopped mid-round (a timeout's SIGINT) keeps its completed rounds in session.partial.json;
+    the same session run again goes on from the next round with those rounds, and ends as one session
+    (session.json says how many rounds it resumed after; the partial record is gone). A partial record of
+    other settings is not resumed from."""
+    members = [parse_case_id(c) for c in (NONE, A, B)]
+    sdir = tmp_path / "s"
+
+    def spec(max_rounds=5):
+        return SessionSpec("s", members, mc, {"timing": {"min_rounds": 5, "max_rounds": max_rounds}}, margin=0.02)
+
+    lz, log = fake_launcher(tmp_path)
+    real = lz._measure_once
+
+    def interrupted(case, mc_, out_dir, settings, gpus, attempts):
+        if len(log) == 7:          # round 2's second member: rounds 0 and 1 are complete
+            raise KeyboardInterrupt
+        return real(case, mc_, out_dir, settings, gpus, attempts)
+
+    lz._measure_once = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        lz.session(spec(), sdir)
+    partial = json.loads((sdir / "session.partial.json").read_text())
+    assert partial["order"] == [[NONE, A, B], [A, B, NONE]] and not (sdir / "session.json").exists()
+
+    lz2, log2 = fake_launcher(tmp_path)
+    rec = lz2.session(spec(), sdir)
+    assert rec["resumed_after_rounds"] == 2 and rec["rounds"] == 5
+    assert rec["order"][:2] == partial["order"] and rec["order"][2] == [B, NONE, A]   # the rotation goes on
+    assert len(log2) == 3 * 3                                                     # rounds 2, 3, 4 only
+    run_a = json.loads((sdir / rec["runs"][A]).read_text())
+    assert run_a["timing"]["total_ms"]["round_ids"] == [0, 1, 2, 3, 4]
+    assert not (sdir / "session.partial.json").exists()
+
+    # an interrupted run of other settings: its rounds are not this session's
+    sdir2 = tmp_path / "s2"
+    lz4, _ = fake_launcher(tmp_path)
+    real4 = lz4._measure_once
+    calls = []
+
+    def stop_in_round_1(case, mc_, out_dir, settings, gpus, attempts):
+        calls.append(case.id)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real4(case, mc_, out_dir, settings, gpus, attempts)
+
+    lz4._measure_once = stop_in_round_1
+    with pytest.raises(KeyboardInterrupt):
+        lz4.session(spec(max_rounds=5), sdir2)
+    assert (sdir2 / "session.partial.json").exists()
+    lz5, log5 = fake_launcher(tmp_path)
+    other = SessionSpec("s", members, mc, {"timing": {"min_rounds": 3, "max_rounds": 3}}, margin=0.02)
+    rec5 = lz5.session(other, sdir2)
+    assert rec5["resumed_after_rounds"] == 0 and rec5["rounds"] == 3 and len(log5) == 9

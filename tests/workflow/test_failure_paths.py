@@ -280,6 +280,43 @@ def test_sigterm_of_tptune_verify_takes_its_worker_group_with_it(tmp_path):
     assert not _alive(group["pid"]), "the worker group outlived tptune verify"
 
 
+def test_a_session_stopped_by_sigint_resumes_from_its_completed_rounds(tmp_path):
+    """A block session stopped by a timeout's SIGINT after some rounds (this session's Qwen3 MoE block on
+    4x H200 was, twice, and kept nothing) keeps them in session.partial.json; the same command run again
+    goes on from the next round instead of starting over, and ends as one session."""
+    import signal
+    import time
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump({"launcher": {"pool_dir": str(tmp_path / "pool"),
+                                                                     "idle_timeout_s": 5},
+                                                        "timing": {"min_rounds": 4, "max_rounds": 4}}))
+    (tmp_path / "cfg.yaml").write_text("qkv_fprop: {method: ring_exchange}\n")
+    cmd = [*TPTUNE, "verify", "--model", str(ROOT / "config/models/tiny.yaml"), "--tp", "2", "--cfg", "cfg.yaml",
+           "--config", "pool.yaml", "--seq-length", "512", "--work-dir", "work"]
+    sdir = tmp_path / "work" / "sessions" / "layer" / "tp2"
+    p = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not (sdir / "session.partial.json").exists() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        assert (sdir / "session.partial.json").exists(), "no round completed"
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and "session.partial.json" in err and "Traceback" not in err, err[-2000:]
+    done = len(json.loads((sdir / "session.partial.json").read_text())["order"])
+    assert 1 <= done < 4 and not (sdir / "session.json").exists()
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rec = json.loads((sdir / "session.json").read_text())
+    assert rec["resumed_after_rounds"] == done and rec["rounds"] == 4
+    assert not (sdir / "session.partial.json").exists()
+    runs = {c: json.loads((sdir / path).read_text()) for c, path in rec["runs"].items()}
+    assert all(r["timing"]["total_ms"]["round_ids"] == [0, 1, 2, 3] for r in runs.values()), \
+        {c: r["timing"]["total_ms"]["round_ids"] for c, r in runs.items()}
+
+
 ROGUE = """
 import socket, sys, time
 from tptune.cases import parse_case_id

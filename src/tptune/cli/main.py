@@ -628,7 +628,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as exc:
         signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
         _say(f"{cmd}: interrupted ({signal.Signals(signum).name}): the case in flight was stopped with its "
-             "worker group; what was recorded before is kept")
+             "worker group; what was recorded before is kept (a session's completed rounds in its "
+             "session.partial.json: the same command, same code and settings, resumes from them)")
         return 128 + signum
     except OSError as exc:
         if exc.errno is None:

@@ -26,7 +26,7 @@ from tptune.measure.session_spec import SessionSpec
 from tptune.model.spec import ModelConfig
 from tptune.settings.resolve import Settings
 from tptune.records.files import take_lock, write_text_atomic
-from tptune.records.run_dir import RUN_JSON, SESSION_JSON
+from tptune.records.run_dir import PARTIAL_JSON, RUN_JSON, SESSION_JSON
 from tptune.stats.host_evidence import evidence as host_evidence
 from tptune.stats.rounds import SessionState, measured_next, rotation, session_state, should_stop
 from tptune.stats.spread import slowest_rank, stats
@@ -386,12 +386,13 @@ class Launcher:
         tp = spec.tp
         dir_of = {c.id: Path((member_dirs or {}).get(c.id, session_dir / c.dir_name)) for c in spec.members}
         session_dir.mkdir(parents=True, exist_ok=True)
-        measured = _Measured.of(spec.members)
         t_start, wall0 = time.time(), time.monotonic()
         with self._held(session_dir, tp) as (gpus, held_rec):
             t_locked = time.monotonic()
+            measured = self._resumed(spec, session_dir) or _Measured.of(spec.members)
+            resumed = len(measured.order)
             canary_rec, lead_rec = self._side_batches(spec, session_dir, gpus, measured.attempts)
-            state, stop_reason = self._rounds(spec, dir_of, gpus, measured)
+            state, stop_reason = self._rounds(spec, dir_of, gpus, measured, session_dir)
             held = time.monotonic() - t_locked
             held_rec["until"] = time.time()
         if not stop_reason:
@@ -409,9 +410,45 @@ class Launcher:
                "failed": sorted(measured.failed), "held": held_rec, "canary": canary_rec, "lead_in": lead_rec,
                "started": t_start, "wall_s": time.monotonic() - wall0, "held_s": held,
                "gpu_s": held * tp, "group_starts": sum(a.get("server_started", False) for a_list in
-                                                        [*measured.attempts.values(), side_attempts] for a in a_list)}
+                                                        [*measured.attempts.values(), side_attempts] for a in a_list),
+               "resumed_after_rounds": resumed}
         write_text_atomic(session_dir / SESSION_JSON, json.dumps(rec, indent=1))
+        (session_dir / PARTIAL_JSON).unlink(missing_ok=True)
         return rec
+
+    # -- an interrupted session's rounds --------------------------------------------------------------
+    def _partial_key(self, spec: SessionSpec) -> str:
+        """What a recorded partial session must share with ``spec`` to be resumed: the code and launch
+        settings (self.sig), the members and every setting the session measures and judges with."""
+        key = {"sig": self.sig, "session": spec.session_id, "members": spec.ids, "contenders": spec.contender_ids,
+               "op_settings": spec.op_settings, "margin": spec.margin, "tie_margin": spec.tie_margin,
+               "faults": spec.faults, "always": list(spec.always or ())}
+        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def _save_partial(self, spec: SessionSpec, session_dir: Path, measured: _Measured, active: list[Case]) -> None:
+        """The rounds completed so far (written after each round): a session stopped before its end (a
+        timeout, SIGINT, a lost node) resumes from them when it is run again as it was."""
+        rec = {"key": self._partial_key(spec), "order": measured.order, "failed": measured.failed,
+               "rounds": measured.rounds, "attempts": measured.attempts, "active": [c.id for c in active]}
+        write_text_atomic(session_dir / PARTIAL_JSON, json.dumps(rec, default=str))
+
+    def _resumed(self, spec: SessionSpec, session_dir: Path) -> _Measured | None:
+        """The measured rounds of an interrupted run of this very session, else None (a partial record of
+        other code or settings is removed: its rounds are not this session's)."""
+        path = session_dir / PARTIAL_JSON
+        try:
+            rec = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            rec = {}
+        if rec.get("key") != self._partial_key(spec) or set(rec.get("rounds") or {}) != set(spec.ids):
+            path.unlink(missing_ok=True)
+            return None
+        m = _Measured({cid: [(r, res) for r, res in rs] for cid, rs in rec["rounds"].items()},
+                      {cid: list(a) for cid, a in rec["attempts"].items()}, dict(rec["failed"]), list(rec["order"]))
+        m.active = [c for c in spec.members if c.id in set(rec["active"])]
+        return m
 
     @contextmanager
     def _held(self, session_dir: Path, tp: int):
@@ -441,15 +478,24 @@ class Launcher:
         return canary_rec, lead_rec
 
     def _rounds(self, spec: SessionSpec, dir_of: dict[str, Path], gpus: list[str],
-                measured: _Measured) -> tuple[SessionState, str]:
+                measured: _Measured, session_dir: Path) -> tuple[SessionState, str]:
         """Rounds of the active members in rotation until the stopping rule says so; after min_rounds
-        only those with something left to say are measured (rounds.measured_next). Returns the last
-        state and why it stopped ("" when no member was left)."""
+        only those with something left to say are measured (rounds.measured_next). A resumed session
+        (``measured`` from its partial record) goes on from its next round. Returns the last state and
+        why it stopped ("" when no member was left)."""
         min_r, max_r, budget = spec.round_bounds
         contenders = spec.contender_ids
-        state = session_state({}, contenders, spec.margin, tie_margin=spec.tie_margin)
-        active, r, stop_reason = list(spec.members), 0, ""
-        points: dict[str, dict] = {}   # each member's point over its rounds so far
+        r, stop_reason = len(measured.order), ""
+        active = measured.active if r else list(spec.members)
+        # each member's point over its rounds so far
+        points = {cid: _round_point(cid, spec.session_id, rs) for cid, rs in measured.rounds.items() if rs}
+        state = session_state(points, contenders, spec.margin, tie_margin=spec.tie_margin)
+        if r:
+            state = session_state(points, contenders, spec.margin, leader_among=[c.id for c in active],
+                                  tie_margin=spec.tie_margin, budget=budget)
+            stop, stop_reason = should_stop(state, r, min_r, max_r)
+            if stop:
+                return state, stop_reason
         while active:
             order = rotation(active, r)
             self._round(spec, order, r, dir_of, gpus, measured)
@@ -461,11 +507,12 @@ class Launcher:
             state = session_state(points, contenders, spec.margin, leader_among=[c.id for c in active],
                                   tie_margin=spec.tie_margin, budget=budget)
             stop, stop_reason = should_stop(state, r, min_r, max_r)
-            if stop:
-                break
-            if r >= min_r:
+            if not stop and r >= min_r:
                 keep = set(measured_next(state, [c.id for c in active], spec.references, spec.always or ()))
                 active = [c for c in active if c.id in keep]
+            self._save_partial(spec, session_dir, measured, active)
+            if stop:
+                break
         return state, stop_reason
 
     def _round(self, spec: SessionSpec, order: list[Case], r: int, dir_of: dict[str, Path], gpus: list[str],
@@ -537,6 +584,7 @@ class _Measured:
     attempts: dict[str, list]
     failed: dict[str, dict] = field(default_factory=dict)
     order: list[list[str]] = field(default_factory=list)
+    active: list = field(default_factory=list)   # a resumed session's members still measured
 
     @classmethod
     def of(cls, members) -> _Measured:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SESSION_JSON = "session.json"
+PARTIAL_JSON = "session.partial.json"   # an unfinished session's completed rounds (measure.launch)
 RUN_JSON = "run.json"
 
 
