@@ -374,11 +374,7 @@ def test_a_member_whose_host_fell_behind_after_every_attempt_gets_one_attempt_ne
     """A host-bound member (every attempt's batch behind: Qwen3-30B-A3B's MoE block on 2x H100) is not
     retried with ever longer sleeps in every round: its next batch gets one attempt; a batch that gets
     the host ahead gives the member the worker's full count back. Others are untouched."""
-    lz = object.__new__(Launcher)
-    lz.backend, lz.device, lz.sig = "torch", "cpu", "test"
-    lz.lc = LauncherSettings.from_dict({"retries": 0})
-    lz.pool_dir = tmp_path / "pool"
-    lz.pool = GpuPool(lz.pool_dir / "locks", ["0", "1"])
+    lz, _ = fake_launcher(tmp_path)
     seen = {}
     behind_rounds = {B: {0, 1}}          # B's host falls behind in its rounds 0 and 1, then gets ahead
 
@@ -395,7 +391,7 @@ def test_a_member_whose_host_fell_behind_after_every_attempt_gets_one_attempt_ne
     lz._measure_once = measure_once
     members = [parse_case_id(c) for c in (A, B)]
     rec = lz.session(SessionSpec("s", members, mc, {"timing": {"min_rounds": 4, "max_rounds": 4}}, margin=0.02),
-                     tmp_path / "s", )
+                     tmp_path / "s")
     assert rec["rounds"] == 4
     assert seen[A] == [None] * 4
     assert seen[B] == [None, 1, 1, None]   # behind in round 0 -> one attempt; ahead in round 2 -> full again
