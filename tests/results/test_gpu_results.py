@@ -602,3 +602,8 @@ def test_tp24_rep4_measured_the_blocks_bound_and_wrote_the_faster_combination():
     answer = (TP24 / "rep4" / "report.md").read_text().split("## ")[1]
     assert "the TP 4 file holds the block-level winner `layer-tp4-ub.fastest_tp4` instead" in answer
     assert "holds the block-level winner" not in (TP24 / "rep1" / "report.md").read_text().split("## ")[1]
+    # and the figures a user of that file needs: it against each reference, from its block session
+    assert "**The file on a 2-layer block at TP 4**: `layer-tp4-ub.fastest_tp4` / reference" in answer
+    assert "| `nemo_tp4` | 0.970 [0.960, 0.979], 3 rounds | faster beyond the margin |" in answer
+    assert "| the tuned combination | 0.988 [0.986, 0.990], 3 rounds |" in answer
+    assert "**The file on a" not in (TP24 / "rep1" / "report.md").read_text()

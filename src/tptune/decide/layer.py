@@ -217,10 +217,9 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
                   if winner else f"the tuned combination {why} and no other overlapped setting passed on the "
                   "block: no file is written for this TP (see the numerics column)")
     elif finalist and not beaten_by:
-        winner = finalist[0]["case"]
+        winner, vs = finalist[0]["case"], finalist[0]["tuned_vs"]
         reason = (f"the finalists' combination {winner} is faster than the tuned combination on the block beyond "
-                  f"the noise (tuned / it {_iv(finalist[0]['tuned_vs']['ratio'])}, within the margin or not): "
-                  "the file holds it")
+                  f"the noise (tuned / it {_iv(vs['ratio'])}: {vs['words']}): the file holds it")
     elif beaten_by:
         winner = min(beaten_by, key=lambda r: r["median_ms"])["case"]
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
@@ -237,6 +236,12 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
     if by_recipe:
         reason += (f"; {', '.join(by_recipe)} beat{'s' if len(by_recipe) == 1 else ''} it beyond the noise with "
                    "its recipe's environment, which no file of the set carries: measured, never written")
+    if winner not in (tuned_id, None):
+        # the file holds the winner: the user's figures are it against each reference, from this session
+        for row in rows:
+            if row["case"] != winner:
+                row["file_vs"] = compare_points(pts[winner], pts[row["case"]], floor=floor, tie="a").to_dict()
+                row["file_vs"]["words"] = classify_ratio(row["file_vs"].get("ratio"), floor)
     num_layers = int(s.layer.num_layers)
     # the bound is no comparison
     compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id and r["variant"] != "nocomm")

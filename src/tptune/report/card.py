@@ -151,11 +151,18 @@ def _block(meta: dict, margin: float) -> dict | None:
             own.append(item)
     # the best preset is the one the tuned block gains least against (its ratio nearest or above 1)
     best = max(presets, key=lambda x: (x["ratio"] or {}).get("ratio") or 0.0) if presets else None
+    # where the file holds another setting than the tuned one: it against each reference, this session only
+    # (the pooled sessions measured the tuned combination)
+    file_rows = [{"variant": row["variant"], "ratio": row["file_vs"].get("ratio"), "words": row["file_vs"]["words"],
+                  "tuned": row["case"] == rec.tuned}
+                 for row in rec.settings if row.get("file_vs") and row["variant"] != "nocomm"
+                 and row.get("status") in (None, "ok") and row.get("median_ms")]
     unproven = sum((r.get("host_batches") or {}).get("failed", 0) for r in rec.settings)
     batches = sum((r.get("host_batches") or {}).get("batches", 0) for r in rec.settings)
     return {"tp": rec.tp, "winner": rec.winner, "tuned": rec.tuned, "reason": rec.reason,
             "numerics_failed": rec.numerics_failed, "references": refs, "best_preset": best, "own": own,
-            "presets": presets, "rounds": rec.rounds, "host_failed": unproven, "host_batches": batches}
+            "presets": presets, "rounds": rec.rounds, "host_failed": unproven, "host_batches": batches,
+            "file_rows": file_rows}
 
 
 def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) -> list[str]:
