@@ -97,3 +97,23 @@ def test_a_memory_floor_below_every_measured_tp_asks_for_that_tp_and_names_no_se
     # a run whose floor TP was measured says nothing of the kind
     card, _, _ = _card("fp8-llama3-70b-h200x4-tp4")
     assert card["unmeasured_tp"] is None and "memory floor: model TP=1 cannot hold" in card["tp_reason"] and card["load"]
+
+
+def test_tie_and_finalist_ratios_are_each_setting_over_the_chosen_one_as_the_report_says():
+    """The per-op lists give each setting / the chosen one (a tie above 1: the chosen one is faster; a
+    finalist below 1), not chosen / other as the table does; the report said chosen / other for both."""
+    run = RESULTS / "fp8-current-llama3-70b-h200x4-tp4"
+    d = json.loads((run / "decisions.json").read_text())
+    text = (run / "report.md").read_text()
+    assert "in the lists below, each setting / the chosen one (above 1: the chosen one is faster)" in text
+    sess = {}
+    for op in ("qkv", "fc1"):
+        for f in (run / "sessions" / op / "tp4" / "point").glob("*/run.json"):
+            r = json.loads(f.read_text())
+            sess[r["case"]] = r["timing"]["total_ms"]["median"]
+    chosen = {op: d["ops"][op]["winner"]["case"] for op in ("qkv", "fc1")}
+    for op in ("qkv", "fc1"):
+        for t in d["ops"][op]["ties"] + d["ops"][op]["finalists"]:
+            # the ratio's side of 1 is the medians' (each setting against the chosen one)
+            assert (t["ratio"] > 1) == (sess[t["case"]] > sess[chosen[op]]), (op, t["case"])
+    assert d["ops"]["fc1"]["finalists"] and all(f["ratio"] < 1 for f in d["ops"]["fc1"]["finalists"])
