@@ -8,7 +8,9 @@
 #   layer stage)
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
 #   SNAKEMAKE_ARGS="--rerun-triggers input": extra snakemake options, e.g. to finish a carried run whose
-#   file times the carry changed
+#   file times the carry changed: copy a committed run folder to outputs/<its run name> here, carry that
+#   path, and only its missing jobs run (a layer stage cut by a timeout); a session the timeout stopped
+#   on this machine resumes from its session.partial.json when the same call is made again
 #   Carrying: the working tree plus what one call carries must stay under 64 MiB, and results/ alone is
 #   ~60 MB: run `bash scripts/device_tree.sh lean` first (results/ out of what travels), install the bundle
 #   in consecutive calls on one warm machine (carry .device-te1 + .device-py, then .device-polars), run this
