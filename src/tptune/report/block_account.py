@@ -80,7 +80,8 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
         refs = [{"variant": v, "ms": ms, "limit": ms / bound, "hidden": eff[v].value, "shown": eff[v].shown()}
                 for v, ms in settings.items() if v != written]
         out.append({"tp": int(tp), "num_layers": layers, "none_ms": none_ms, "written_ms": written_ms,
-                    "written": written, "picked_over_tuned": written != tuned_variant, "exposed_ms": exposed, "bound_ms": bound,
+                    "written": written, "picked_over_tuned": written != tuned_variant,
+                    "exposed_ms": exposed, "bound_ms": bound,
                     "bound_measured": measured is not None, "ops_exposed_ms": ops_exposed,
                     # an estimate some setting reads below is no bound for this block
                     "not_a_bound": below if measured is None else [],
