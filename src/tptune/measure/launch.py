@@ -425,11 +425,13 @@ class Launcher:
                "faults": spec.faults, "always": list(spec.always or ())}
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    def _save_partial(self, spec: SessionSpec, session_dir: Path, measured: _Measured, active: list[Case]) -> None:
-        """The rounds completed so far (written after each round): a session stopped before its end (a
-        timeout, SIGINT, a lost node) resumes from them when it is run again as it was."""
-        rec = {"key": self._partial_key(spec), "order": measured.order, "failed": measured.failed,
-               "rounds": measured.rounds, "attempts": measured.attempts, "active": [c.id for c in active]}
+    @staticmethod
+    def _save_partial(key: str, session_dir: Path, measured: _Measured) -> None:
+        """The rounds completed so far (written after each round; ``key``: _partial_key's): a session
+        stopped before its end (a timeout, SIGINT, a lost node) resumes from them when it is run again as it
+        was."""
+        rec = {"key": key, "order": measured.order, "failed": measured.failed, "rounds": measured.rounds,
+               "attempts": measured.attempts, "active": [c.id for c in measured.active]}
         write_text_atomic(session_dir / PARTIAL_JSON, json.dumps(rec, default=str))
 
     def _resumed(self, spec: SessionSpec, session_dir: Path) -> _Measured | None:
@@ -445,10 +447,10 @@ class Launcher:
         if rec.get("key") != self._partial_key(spec) or set(rec.get("rounds") or {}) != set(spec.ids):
             path.unlink(missing_ok=True)
             return None
-        m = _Measured({cid: [(r, res) for r, res in rs] for cid, rs in rec["rounds"].items()},
-                      {cid: list(a) for cid, a in rec["attempts"].items()}, dict(rec["failed"]), list(rec["order"]))
-        m.active = [c for c in spec.members if c.id in set(rec["active"])]
-        return m
+        active = set(rec["active"])
+        return _Measured({cid: [(r, res) for r, res in rs] for cid, rs in rec["rounds"].items()},
+                         {cid: list(a) for cid, a in rec["attempts"].items()}, dict(rec["failed"]),
+                         list(rec["order"]), [c for c in spec.members if c.id in active])
 
     @contextmanager
     def _held(self, session_dir: Path, tp: int):
@@ -485,34 +487,31 @@ class Launcher:
         why it stopped ("" when no member was left)."""
         min_r, max_r, budget = spec.round_bounds
         contenders = spec.contender_ids
-        r, stop_reason = len(measured.order), ""
-        active = measured.active if r else list(spec.members)
+        key = self._partial_key(spec)
+        r = len(measured.order)
         # each member's point over its rounds so far
         points = {cid: _round_point(cid, spec.session_id, rs) for cid, rs in measured.rounds.items() if rs}
-        state = session_state(points, contenders, spec.margin, tie_margin=spec.tie_margin)
-        if r:
-            state = session_state(points, contenders, spec.margin, leader_among=[c.id for c in active],
-                                  tie_margin=spec.tie_margin, budget=budget)
-            stop, stop_reason = should_stop(state, r, min_r, max_r)
-            if stop:
-                return state, stop_reason
-        while active:
-            order = rotation(active, r)
+
+        def judged():   # the state after round r - 1: (state, stop?, why)
+            st = session_state(points, contenders, spec.margin, leader_among=[c.id for c in measured.active],
+                               tie_margin=spec.tie_margin, budget=budget)
+            return (st, *should_stop(st, r, min_r, max_r))
+
+        state, stop, stop_reason = judged() if r else (session_state({}, contenders, spec.margin,
+                                                                     tie_margin=spec.tie_margin), False, "")
+        while measured.active and not stop:
+            order = rotation(measured.active, r)
             self._round(spec, order, r, dir_of, gpus, measured)
             # only the members this round measured have new rounds: the others' points stand
             points.update({c.id: _round_point(c.id, spec.session_id, measured.rounds[c.id]) for c in order
                            if measured.rounds[c.id] and measured.rounds[c.id][-1][0] == r})
             r += 1
-            active = [c for c in active if c.id not in measured.failed]
-            state = session_state(points, contenders, spec.margin, leader_among=[c.id for c in active],
-                                  tie_margin=spec.tie_margin, budget=budget)
-            stop, stop_reason = should_stop(state, r, min_r, max_r)
+            measured.active = [c for c in measured.active if c.id not in measured.failed]
+            state, stop, stop_reason = judged()
             if not stop and r >= min_r:
-                keep = set(measured_next(state, [c.id for c in active], spec.references, spec.always or ()))
-                active = [c for c in active if c.id in keep]
-            self._save_partial(spec, session_dir, measured, active)
-            if stop:
-                break
+                keep = set(measured_next(state, [c.id for c in measured.active], spec.references, spec.always or ()))
+                measured.active = [c for c in measured.active if c.id in keep]
+            self._save_partial(key, session_dir, measured)
         return state, stop_reason
 
     def _round(self, spec: SessionSpec, order: list[Case], r: int, dir_of: dict[str, Path], gpus: list[str],
@@ -584,11 +583,11 @@ class _Measured:
     attempts: dict[str, list]
     failed: dict[str, dict] = field(default_factory=dict)
     order: list[list[str]] = field(default_factory=list)
-    active: list = field(default_factory=list)   # a resumed session's members still measured
+    active: list = field(default_factory=list)   # the members the next round measures
 
     @classmethod
     def of(cls, members) -> _Measured:
-        return cls({c.id: [] for c in members}, {c.id: [] for c in members})
+        return cls({c.id: [] for c in members}, {c.id: [] for c in members}, active=list(members))
 
 
 def _reported_failure(case: Case, errors: list[dict], gpus: list[str], started: bool) -> dict:

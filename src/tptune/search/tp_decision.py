@@ -132,13 +132,9 @@ def _replay(op, measured, *, start_tp=DEFAULT_START_TP, gpus_per_node=DEFAULT_GP
             allowed_tps=None, tolerance=DEFAULT_TOLERANCE,
             min_hidden_fraction=DEFAULT_MIN_HIDDEN_FRACTION, trust_verdict=True,
             floor=DEFAULT_FLOOR, k=DEFAULT_K):
-    def fits(tp):
-        return tp <= gpus_per_node and (allowed_tps is None or tp in allowed_tps)
-
     evidence = []
-    if not fits(start_tp):
-        evidence.append({"rule": "node_bound", "op": op, "tp": start_tp, "passed": False,
-                         "gpus_per_node": gpus_per_node, "allowed_tps": _list(allowed_tps)})
+    if not _fits(start_tp, gpus_per_node, allowed_tps):
+        evidence.append(_node_bound(op, start_tp, gpus_per_node, allowed_tps))
         return None, 1, evidence
     at = measured.get(start_tp)
     if at is None or at.none is None or at.nocomm is None or at.best is None:
@@ -158,15 +154,11 @@ def scaling_chain(op: str, measured: dict[int, TpPoints], start_tp: int, *, gpus
     """The scaling steps from ``start_tp`` on (module doc), as if the start TP had passed: (the TP to
     measure next or None, the chosen TP or None while one is missing, the steps' evidence). The rule runs
     it after a passed hiding test; decide.tp also after an undecided one, where the next TP was measured."""
-    def fits(tp):
-        return tp <= gpus_per_node and (allowed_tps is None or tp in allowed_tps)
-
     evidence, tp = [], start_tp
     while True:
         nxt = tp * 2
-        if not fits(nxt):
-            evidence.append({"rule": "node_bound", "op": op, "tp": nxt, "passed": False,
-                             "gpus_per_node": gpus_per_node, "allowed_tps": _list(allowed_tps)})
+        if not _fits(nxt, gpus_per_node, allowed_tps):
+            evidence.append(_node_bound(op, nxt, gpus_per_node, allowed_tps))
             return None, tp, evidence
         here, there = measured[tp], measured.get(nxt)
         if there is None or (there.best is None and there.none is None):
@@ -181,6 +173,16 @@ def scaling_chain(op: str, measured: dict[int, TpPoints], start_tp: int, *, gpus
         if not passed:
             return None, tp, evidence
         tp = nxt
+
+
+def _fits(tp: int, gpus_per_node: int, allowed_tps) -> bool:
+    return tp <= gpus_per_node and (allowed_tps is None or tp in allowed_tps)
+
+
+def _node_bound(op: str, tp: int, gpus_per_node: int, allowed_tps) -> dict:
+    """The evidence that ``tp`` is beyond the node (or not among the TP sizes allowed)."""
+    return {"rule": "node_bound", "op": op, "tp": tp, "passed": False, "gpus_per_node": gpus_per_node,
+            "allowed_tps": _list(allowed_tps)}
 
 
 def _normalize(verdict: str | None) -> str | None:
