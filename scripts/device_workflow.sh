@@ -7,21 +7,15 @@
 #   EXTRA_CONFIG=config/gpu/no-layer.yaml: more --configfile(s) over each config, space-separated (e.g. no
 #   layer stage)
 #   REP_LIST="2 3": only those repetitions (named -rep<k>), e.g. the rest of a series begun in an earlier call
-#   SNAKEMAKE_ARGS="--rerun-triggers input": extra snakemake options, e.g. to finish a carried run whose
-#   file times the carry changed: copy a committed run folder to outputs/<its run name> here, carry that
-#   path, and only its missing jobs run (a layer stage cut by a timeout); a session the timeout stopped
-#   on this machine resumes from its session.partial.json when the same call is made again
+#   SNAKEMAKE_ARGS="--rerun-triggers input": extra snakemake options; a session the timeout stopped on
+#   this machine resumes from its session.partial.json when the same call is made again. A committed run
+#   whose layer stage was cut: scripts/device_finish_layer.sh
 #   Carrying: the working tree plus what one call carries must stay under 64 MiB, and results/ alone is
 #   ~60 MB: run `bash scripts/device_tree.sh lean` first (results/ out of what travels), install the bundle
 #   in consecutive calls on one warm machine (carry .device-te1 + .device-py, then .device-polars), run this
 #   script, then `bash scripts/device_tree.sh restore` before committing anything.
 set -u
-# required on the lent machines (NVLink multicast off), whether or not this runs under run.sh
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 UB_SKIPMC=1 CUDA_DEVICE_MAX_CONNECTIONS=1
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-mkdir -p /tmp/tptune-bin
-printf '#!/bin/sh\nexec python3 -m tptune "$@"\n' > /tmp/tptune-bin/tptune && chmod +x /tmp/tptune-bin/tptune
-export PATH="/tmp/tptune-bin:$PATH"
+source "$(dirname "$0")/device_env.sh"
 ngpu=$(ls /proc/driver/nvidia/gpus | wc -l)
 reps=${REPS:-1}
 replist=${REP_LIST:-$(seq 1 "$reps")}

@@ -38,7 +38,23 @@ def test_tp4_block_account_adds_up_and_names_each_reference():
 
 
 def test_no_block_no_account():
-    assert block_account(_decisions("qwen3-30b-a3b-h200x4-tp4")) == []
+    assert block_account(_decisions("stability-llama3-70b-x2-v4/rep1")) == []
+
+
+def test_a_bound_that_was_not_finite_is_not_used():
+    """FP8 current scaling at TP 4 (4x H200): the block's bound gathered another tensor's FP8 bytes and
+    computed inf/NaN (fixed since: te_common.LocalCollectives); the account keeps the ops' estimate and
+    says why. block2, measured after the fix, is finite."""
+    d = _decisions("fp8-current-llama3-70b-h200x4-tp4")
+    rows = {r["variant"]: r for r in d["meta"]["layer"]["4"]["settings"]}
+    assert rows["nocomm"]["numerics"]["ok"] is False and rows["nocomm"]["median_ms"]
+    a = {a["tp"]: a for a in block_account(d)}[4]
+    assert a["bound_not_finite"] and not a["bound_measured"]
+    assert a["bound_ms"] == pytest.approx(a["none_ms"] - a["ops_exposed_ms"])
+    text = (RESULTS / "fp8-current-llama3-70b-h200x4-tp4/report.md").read_text()
+    assert "its output or gradients were not finite" in text
+    second = json.loads((RESULTS / "fp8-current-llama3-70b-h200x4-tp4/block2/layer/tp4.json").read_text())
+    assert next(r for r in second["settings"] if r["variant"] == "nocomm")["numerics"]["ok"] is True
 
 
 def test_report_shows_the_account():

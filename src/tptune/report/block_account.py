@@ -66,7 +66,11 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
             continue
         layers = int(rec.num_layers or 1)
         ops_exposed = layers * sum(o["exposed_ms"] for o in ops)
-        measured = block.get("nocomm")     # the block's own bound, where the layer stage measured it
+        # the block's own bound, where the layer stage measured it and its output and gradients were finite:
+        # a bound that computed inf/NaN ran another computation than the block's, so the ops' estimate stands
+        nocomm_failed = any(r["variant"] == "nocomm" and (r.get("numerics") or {}).get("ok") is False
+                            for r in rec.settings)
+        measured = None if nocomm_failed else block.get("nocomm")
         bound = measured if measured is not None else none_ms - ops_exposed
         exposed = none_ms - bound
         if exposed <= 0:
@@ -82,7 +86,8 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
         out.append({"tp": int(tp), "num_layers": layers, "none_ms": none_ms, "written_ms": written_ms,
                     "written": written, "picked_over_tuned": written != tuned_variant,
                     "exposed_ms": exposed, "bound_ms": bound,
-                    "bound_measured": measured is not None, "ops_exposed_ms": ops_exposed,
+                    "bound_measured": measured is not None, "bound_not_finite": nocomm_failed,
+                    "ops_exposed_ms": ops_exposed,
                     # an estimate some setting reads below is no bound for this block
                     "not_a_bound": below if measured is None else [],
                     "hidden": eff[written].value, "hidden_shown": eff[written].shown(),

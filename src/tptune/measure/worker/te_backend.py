@@ -14,7 +14,7 @@ Variants:
            norm, casts, FP8 quantization and amax reductions), with TE's two TP collectives replaced by
            local copies while the bench runs (LocalCollectives: torch.distributed.all_gather_into_tensor
            and reduce_scatter_tensor, which TE's distributed.py calls for bf16 and FP8 alike). A gather
-           puts the rank's shard into its slice and a frozen copy of its first shard into the others;
+           puts the rank's own shard into every slice (one FP8 format per tensor, always finite);
            a reduce-scatter keeps the rank's slice. So fprop/dgrad/wgrad run on exactly the shapes of
            ops.op_gemms, and under FP8 the local shard is quantized before the "gather" as TE does. The
            bound keeps the writes into the gathered buffer, at local-copy speed instead of NVLink's.

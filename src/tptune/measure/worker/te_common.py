@@ -309,27 +309,27 @@ class _LocalWork:
 class LocalCollectives:
     """nocomm: all_gather_into_tensor / reduce_scatter_tensor as local copies on one rank of ``world``.
 
-    Gather: the rank's shard into its slice, a frozen copy of the first shard seen (per dtype and size)
-    into the others, so every slice holds real, finite data of the tensor's kind (FP8 bytes included)
-    and nothing is read from another GPU. Reduce-scatter: the rank's slice of its own input."""
+    Gather: the rank's own shard into every slice, so every slice holds real, finite data of the
+    tensor's own kind and nothing is read from another GPU. (A frozen copy of the first shard seen per
+    dtype and size, as before, mixed FP8 formats: E4M3 bytes gathered into an E5M2 gradient decode as
+    inf/NaN, and the FP8 block's bound failed its finite check.) Reduce-scatter: the rank's slice of its
+    own input."""
 
     def __init__(self, rank: int, world: int):
         self.rank, self.world = rank, world
-        self._frozen: dict = {}
 
     def all_gather_into_tensor(self, out, inp, group=None, async_op=False):
         src = inp.reshape(-1)
         if out.numel() != src.numel() * self.world:
             raise RuntimeError(f"nocomm gather: output of {out.numel()} elements for {self.world} shards "
                                f"of {src.numel()}")
-        key = (src.dtype, src.numel(), str(src.device))
-        frozen = self._frozen.get(key)
-        if frozen is None:
-            frozen = self._frozen[key] = src.detach().clone()
         with record_function("tptune.nocomm.gather"):
             slices = out.view(self.world, -1)
+            if slices[self.rank].data_ptr() != src.data_ptr():    # an in-place gather holds it already
+                slices[self.rank].copy_(src)
             for r in range(self.world):
-                slices[r].copy_(src if r == self.rank else frozen)
+                if r != self.rank:
+                    slices[r].copy_(slices[self.rank])
         return _LocalWork() if async_op else None
 
     def reduce_scatter_tensor(self, out, inp, op=None, group=None, async_op=False):

@@ -1,0 +1,7 @@
+# Sourced by the device scripts: what every process on a lent GPU machine runs with.
+# NVLink multicast off (required on the lent machines), whether or not the caller runs under run.sh.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 UB_SKIPMC=1 CUDA_DEVICE_MAX_CONNECTIONS=1
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+mkdir -p /tmp/tptune-bin
+printf '#!/bin/sh\nexec python3 -m tptune "$@"\n' > /tmp/tptune-bin/tptune && chmod +x /tmp/tptune-bin/tptune
+export PATH="/tmp/tptune-bin:$PATH"
