@@ -16,12 +16,20 @@ With wall_s.txt (scripts/device_workflow.sh writes it) it also prints the run's 
 sum of what its members held: the difference is Snakemake, the bookkeeping jobs, start-up and
 analysis. A run recorded before these columns existed prints only what it has.
 
+The session timeline (each sessions/**/session.json's ``started`` and ``wall_s``): the sessions per kind
+(knob or bisection steps, TP points, blocks) and their seconds; the span from the first session's start
+to the last one's end; the time inside it when no session ran (between sessions: Snakemake, the
+checkpoint's decision, the next job's start); and, with wall_s.txt, what lies outside the span (start-up
+before the first session, the jobs after the last). Sessions that ran at once (TP 2 sessions on the two
+GPU pairs of a 4-GPU node) count once in the time busy.
+
   python benchmarks/run_cost.py outputs/<run> [results/<other run> ...]
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from pathlib import Path
 
@@ -62,7 +70,49 @@ def run_cost(run_dir: Path) -> dict:
             for name, secs in row_parts(row).items():
                 g[name] = None if secs is None or g[name] is None else g[name] + secs
     wall = run_dir / "wall_s.txt"
-    return {"run": str(run_dir), "ops": groups, "wall_s": float(wall.read_text()) if wall.exists() else None}
+    return {"run": str(run_dir), "ops": groups, "wall_s": float(wall.read_text()) if wall.exists() else None,
+            "timeline": timeline(run_dir)}
+
+
+KINDS = ("steps", "points", "blocks")
+
+
+def session_kind(rel: Path) -> str:
+    """sessions/<op>/tp<N>/<dim>/step<k> -> steps; sessions/<op>/tp<N>/point -> points;
+    sessions/layer/tp<N> -> blocks."""
+    parts = rel.parts
+    if parts[0] == "layer":
+        return "blocks"
+    return "points" if parts[-1] == "point" else "steps"
+
+
+def timeline(run_dir: Path) -> dict | None:
+    """The session timeline (module doc), or None for a run whose sessions record no start time."""
+    sessions = []
+    for f in sorted((run_dir / "sessions").glob("**/session.json")):
+        rec = json.loads(f.read_text())
+        if rec.get("started") is None or rec.get("wall_s") is None:
+            return None
+        sessions.append((float(rec["started"]), float(rec["wall_s"]),
+                         session_kind(f.parent.relative_to(run_dir / "sessions"))))
+    if not sessions:
+        return None
+    kinds = {k: {"sessions": 0, "s": 0.0} for k in KINDS}
+    for _, wall, kind in sessions:
+        kinds[kind]["sessions"] += 1
+        kinds[kind]["s"] += wall
+    busy, end = 0.0, None        # the union of the sessions' intervals
+    for start, wall, _ in sorted(sessions):
+        stop = start + wall
+        if end is None or start >= end:
+            busy += wall
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    first = min(st for st, _, _ in sessions)
+    span = max(st + w for st, w, _ in sessions) - first
+    return {"kinds": kinds, "span_s": span, "busy_s": busy, "idle_s": span - busy}
 
 
 def print_cost(res: dict) -> None:
@@ -77,6 +127,13 @@ def print_cost(res: dict) -> None:
         held = res["ops"]["all"]["held_s"]
         print(f"  run wall time {res['wall_s']:.0f} s, members held {held:.1f} s, the rest {res['wall_s'] - held:.1f} s "
               f"(Snakemake, bookkeeping jobs, start-up, analysis)")
+    tl = res.get("timeline")
+    if tl:
+        kinds = ", ".join(f"{k} {v['sessions']} ({v['s']:.1f} s)" for k, v in tl["kinds"].items() if v["sessions"])
+        print(f"  sessions: {kinds}; span {tl['span_s']:.1f} s, of which no session ran {tl['idle_s']:.1f} s")
+        if res["wall_s"] is not None:
+            print(f"  outside the sessions' span (start-up, the jobs after the last session): "
+                  f"{res['wall_s'] - tl['span_s']:.1f} s")
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,7 @@
 """benchmarks/run_cost.py: where a run's time went, from measurements.csv (synthetic rows, a committed
 GPU run recorded before the cost columns, and a missing run)."""
 import csv
+import json
 import subprocess
 import sys
 
@@ -56,3 +57,39 @@ def test_a_folder_without_measurements_is_named(tmp_path):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks/run_cost.py"), str(tmp_path)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and f"{tmp_path}/measurements.csv: no measurements.csv" in p.stderr
+
+
+def _session(run, rel, started, wall):
+    d = run / "sessions" / rel
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "session.json").write_text(json.dumps({"started": started, "wall_s": wall}))
+
+
+def test_the_timeline_counts_concurrent_sessions_once_and_names_the_idle_time(tmp_path):
+    """Two TP 2 sessions at once on a 4-GPU node, a gap, a point, a block: busy is the union of the
+    intervals, idle what the span leaves, and each kind sums its own sessions."""
+    run = tmp_path / "run"
+    _write(run, [{"op": "qkv", "status": "ok", "rounds": 2, "wall_s": 1.0}])
+    (run / "wall_s.txt").write_text("40\n")
+    _session(run, "qkv/tp2/knobs/step0", 100.0, 10.0)
+    _session(run, "fc1/tp2/knobs/step0", 102.0, 4.0)       # inside qkv's step: counts once
+    _session(run, "qkv/tp2/point", 112.0, 5.0)             # 2 s idle before it
+    _session(run, "layer/tp2", 120.0, 8.0)                 # 3 s idle before it
+    tl = rc.run_cost(run)["timeline"]
+    assert tl["kinds"] == {"steps": {"sessions": 2, "s": 14.0}, "points": {"sessions": 1, "s": 5.0},
+                           "blocks": {"sessions": 1, "s": 8.0}}
+    assert tl["span_s"] == pytest.approx(28.0) and tl["busy_s"] == pytest.approx(23.0)
+    assert tl["idle_s"] == pytest.approx(5.0)
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks/run_cost.py"), str(run)], capture_output=True,
+                       text=True, timeout=60)
+    assert "span 28.0 s, of which no session ran 5.0 s" in p.stdout
+    assert "outside the sessions' span (start-up, the jobs after the last session): 12.0 s" in p.stdout
+
+
+def test_the_timeline_of_a_committed_2_gpu_run():
+    """knobs-llama3-70b-x2-fast-rep2 (2x H200): one session at a time, so busy is the sessions' sum."""
+    res = rc.run_cost(ROOT / "results/knobs-llama3-70b-x2-fast-rep2")
+    tl = res["timeline"]
+    assert {k: v["sessions"] for k, v in tl["kinds"].items()} == {"steps": 19, "points": 4, "blocks": 1}
+    assert tl["busy_s"] == pytest.approx(sum(v["s"] for v in tl["kinds"].values()))
+    assert 0 < tl["idle_s"] < tl["span_s"] <= res["wall_s"]
