@@ -117,3 +117,14 @@ def test_tie_and_finalist_ratios_are_each_setting_over_the_chosen_one_as_the_rep
             # the ratio's side of 1 is the medians' (each setting against the chosen one)
             assert (t["ratio"] > 1) == (sess[t["case"]] > sess[chosen[op]]), (op, t["case"])
     assert d["ops"]["fc1"]["finalists"] and all(f["ratio"] < 1 for f in d["ops"]["fc1"]["finalists"])
+
+
+@pytest.mark.parametrize("run,moe_reason", [
+    ("knobs-mixtral-8x7b-h200x2", True),       # MoE, every block batch behind the host
+    ("knobs-qwen3-30b-a3b-h100x2", True),
+    ("fp8-llama3-70b-h200x4-tp4", False),      # dense, 3 of 25 behind
+])
+def test_an_moe_block_behind_the_host_in_every_batch_says_why(run, moe_reason):
+    card, _, _ = _card(run)
+    line = next(ln for ln in card["confidence"] if ln.startswith("Block host evidence"))
+    assert ("token dispatch waits on the host for the tokens per expert" in line) is moe_reason

@@ -194,8 +194,14 @@ def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) ->
     else:
         lines.append("Host: every op batch had the host ahead of the GPU (GPU time).")
     if block and block["host_failed"]:
+        why = ""
+        if s.model.model.is_moe and block["host_failed"] == block["host_batches"]:
+            # Megatron-core's alltoall dispatcher copies the tokens per expert to the host and waits for the copy
+            # (token_dispatcher.py, cuda_sync_point): results/knobs-mixtral-8x7b-h200x2, qwen3-30b-a3b-h200x4-tp4
+            why = (" An MoE layer's token dispatch waits on the host for the tokens per expert once per pass, so the "
+                   "host cannot run ahead of this block, and a training step is paced by its host the same way.")
         lines.append(f"Block host evidence: {block['host_failed']} of {block['host_batches']} block batches failed the "
-                     "host-ahead check; the block figures include host launch time.")
+                     f"host-ahead check; the block figures include host launch time.{why}")
     lines.append(f"Failures: {len(failures)} failed member(s), listed under Failures."
                  if failures else "Failures: none.")
     return lines
