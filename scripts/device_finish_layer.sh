@@ -23,6 +23,5 @@ done
 echo "$run_dir: rederive + check-run exit $?"
 tail -3 "outputs-$run.log"
 echo "$(( $(date +%s) - start ))" > "$run_dir/layer_wall_s.txt"
-[ -n "${OUT:-}" ] && tar czf "$OUT/$run.tgz" -C "$(dirname "$run_dir")" --exclude='trace.rank*.json.gz' "$run" \
-  && cp "outputs-$run.log" "$OUT/" 2>/dev/null
+pack_run "$(dirname "$run_dir")" "$run"
 exit 0

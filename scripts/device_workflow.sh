@@ -30,8 +30,7 @@ for cfg in "$@"; do
     echo "$cfg -> $run: snakemake exit $? after $(( $(date +%s) - start )) s"
     tail -3 "outputs-$run.log"
     echo "$(( $(date +%s) - start ))" > "outputs/$run/wall_s.txt"
-    [ -n "${OUT:-}" ] && tar czf "$OUT/$run.tgz" -C outputs --exclude='trace.rank*.json.gz' "$run" \
-      && cp "outputs-$run.log" "$OUT/" 2>/dev/null \
+    pack_run outputs "$run" && [ -n "${OUT:-}" ] \
       && tar czf "$OUT/$run-worker-logs.tgz" $(find /tmp/tptune-pool -name 'srv-*.log' 2>/dev/null) 2>/dev/null
   done
   # rank-0 traces of the last run's TP-point references, for fixtures

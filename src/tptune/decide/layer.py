@@ -189,13 +189,11 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
         if env:
             row["environment"] = env
         if cid != tuned_id:
-            cmp = compare_points(tuned, p, floor=floor, tie="a")
-            row["tuned_vs"] = cmp.to_dict()
+            failed = None
             t_failed, p_failed = point_median(tuned) == float("inf"), point_median(p) == float("inf")
             if t_failed or p_failed:   # a failed side is no tie: nothing was compared
-                row["tuned_vs"]["failed"] = ("both" if t_failed and p_failed else
-                                             "the tuned setting" if t_failed else "this setting")
-            row["tuned_vs"]["words"] = classify_ratio(row["tuned_vs"].get("ratio"), floor)
+                failed = "both" if t_failed and p_failed else "the tuned setting" if t_failed else "this setting"
+            row["tuned_vs"] = _versus(tuned, p, floor, failed)
         rows.append(row)
     kind = parse_case_id(tuned_id).variant.kind
     # an emitted config must pass the numerics check on the block: failing settings cannot win; nor can a
@@ -240,8 +238,7 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
         # the file holds the winner: the user's figures are it against each reference, from this session
         for row in rows:
             if row["case"] != winner:
-                row["file_vs"] = compare_points(pts[winner], pts[row["case"]], floor=floor, tie="a").to_dict()
-                row["file_vs"]["words"] = classify_ratio(row["file_vs"].get("ratio"), floor)
+                row["file_vs"] = _versus(pts[winner], pts[row["case"]], floor)
     num_layers = int(s.layer.num_layers)
     # the bound is no comparison
     compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id and r["variant"] != "nocomm")
@@ -249,6 +246,16 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
             "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
             "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "compared": compared,
             "settings": rows}
+
+
+def _versus(a: dict, b: dict, floor: float, failed: str | None = None) -> dict:
+    """a against b on the block (a wins ties), as the layer record keeps it: the comparison, which side
+    failed where one did, and the report's words for the ratio."""
+    vs = compare_points(a, b, floor=floor, tie="a").to_dict()
+    if failed:
+        vs["failed"] = failed
+    vs["words"] = classify_ratio(vs.get("ratio"), floor)
+    return vs
 
 
 def numerics_row(res: dict | None) -> dict | None:

@@ -389,10 +389,11 @@ class Launcher:
         t_start, wall0 = time.time(), time.monotonic()
         with self._held(session_dir, tp) as (gpus, held_rec):
             t_locked = time.monotonic()
-            measured = self._resumed(spec, session_dir) or _Measured.of(spec.members)
+            key = self._partial_key(spec)
+            measured = self._resumed(key, spec, session_dir) or _Measured.of(spec.members)
             resumed = len(measured.order)
             canary_rec, lead_rec = self._side_batches(spec, session_dir, gpus, measured.attempts)
-            state, stop_reason = self._rounds(spec, dir_of, gpus, measured, session_dir)
+            state, stop_reason = self._rounds(spec, dir_of, gpus, measured, session_dir, key)
             held = time.monotonic() - t_locked
             held_rec["until"] = time.time()
         if not stop_reason:
@@ -434,9 +435,10 @@ class Launcher:
                "attempts": measured.attempts, "active": [c.id for c in measured.active]}
         write_text_atomic(session_dir / PARTIAL_JSON, json.dumps(rec, default=str))
 
-    def _resumed(self, spec: SessionSpec, session_dir: Path) -> _Measured | None:
-        """The measured rounds of an interrupted run of this very session, else None (a partial record of
-        other code or settings is removed: its rounds are not this session's)."""
+    @staticmethod
+    def _resumed(key: str, spec: SessionSpec, session_dir: Path) -> _Measured | None:
+        """The measured rounds of an interrupted run of this very session (``key``: _partial_key's), else
+        None (a partial record of other code or settings is removed: its rounds are not this session's)."""
         path = session_dir / PARTIAL_JSON
         try:
             rec = json.loads(path.read_text())
@@ -444,7 +446,7 @@ class Launcher:
             return None
         except (OSError, ValueError):
             rec = {}
-        if rec.get("key") != self._partial_key(spec) or set(rec.get("rounds") or {}) != set(spec.ids):
+        if rec.get("key") != key or set(rec.get("rounds") or {}) != set(spec.ids):
             path.unlink(missing_ok=True)
             return None
         active = set(rec["active"])
@@ -480,14 +482,13 @@ class Launcher:
         return canary_rec, lead_rec
 
     def _rounds(self, spec: SessionSpec, dir_of: dict[str, Path], gpus: list[str],
-                measured: _Measured, session_dir: Path) -> tuple[SessionState, str]:
+                measured: _Measured, session_dir: Path, key: str) -> tuple[SessionState, str]:
         """Rounds of the active members in rotation until the stopping rule says so; after min_rounds
         only those with something left to say are measured (rounds.measured_next). A resumed session
-        (``measured`` from its partial record) goes on from its next round. Returns the last state and
-        why it stopped ("" when no member was left)."""
+        (``measured`` from its partial record) goes on from its next round; each round is kept under
+        ``key``. Returns the last state and why it stopped ("" when no member was left)."""
         min_r, max_r, budget = spec.round_bounds
         contenders = spec.contender_ids
-        key = self._partial_key(spec)
         r = len(measured.order)
         # each member's point over its rounds so far
         points = {cid: _round_point(cid, spec.session_id, rs) for cid, rs in measured.rounds.items() if rs}
