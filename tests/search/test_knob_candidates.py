@@ -10,11 +10,25 @@ from tptune.te.methods import (atomic_pair_candidates, gemm_knob_values, grid_si
 from tptune.te.ubcfg import case_ub_cfgs, load_preset, te_default_ub_cfgs, validate_ub_cfgs
 
 ROUND_FACTORS = [1.0, 1.012, 0.991, 1.004]       # drift shared by every member of a session
+ALL = {"groups": "all"}                          # every knob group TE honours (the default: the proven ones)
+
+
+def test_default_groups_are_the_proven_ones_and_all_is_every_group():
+    from tptune.te.methods import ALL_GROUPS, PROVEN_GROUPS
+    assert knob_config()["groups"] == list(PROVEN_GROUPS) == ["method", "rs_dgrad", "num_sm", "num_splits"]
+    assert knob_config(ALL)["groups"] == list(ALL_GROUPS)
+    assert knob_config({"groups": "proven"})["groups"] == list(PROVEN_GROUPS)
+    c = knob_candidates("proj", 2, load_preset("nvidia_bf16_tp2"))
+    assert set(c) == {"method", "num_sm", "num_splits"}             # proj: no rs_dgrad
+    with pytest.raises(ValueError, match="knobs.groups: 'some' is not one of proven, all"):
+        knob_config({"groups": "some"})
+    with pytest.raises(ValueError, match="knobs.groups: expected proven, all or a non-empty list"):
+        knob_config({"groups": []})
 
 
 def test_candidates_per_group_cheapest_first_and_only_where_te_reads_them():
     base = load_preset("nvidia_bf16_tp2")
-    c = knob_candidates("proj", 2, base)
+    c = knob_candidates("proj", 2, base, config=ALL)
     assert c["method"] == {"proj_fprop": ["ring_exchange", "pipeline"]}
     assert c["num_sm"]["proj_fprop"] == [1, 2, 4, 8, 16, 24, 32]
     assert c["num_splits"] == {"proj_fprop": [2, 4, 8]}
@@ -24,10 +38,10 @@ def test_candidates_per_group_cheapest_first_and_only_where_te_reads_them():
     assert "proj_dgrad" not in c["num_sm"]                         # CE ring, no margin: unused
     assert "fp8_buf" not in c                                      # bf16
     assert c["priority"]["proj_fprop"][0] == (-5, 0)               # TE's default first
-    q = knob_candidates("qkv", 2, base)
+    q = knob_candidates("qkv", 2, base, config=ALL)
     assert "num_splits" not in q and "method" not in q             # bulk/ring: no splits, one method
     assert set(q["num_sm"]) == {"qkv_dgrad", "qkv_wgrad"}
-    f8 = knob_candidates("fc2", 2, base, workload="fp8")
+    f8 = knob_candidates("fc2", 2, base, config=ALL, workload="fp8")
     assert f8["fp8_buf"] == {"fc2_fprop": [0, 1]}
     assert f8["pipeline_rs_overlap_first_gemm"] == {"fc2_fprop": [0, 1]}
 
@@ -36,7 +50,7 @@ def test_every_candidate_is_a_valid_config_and_a_case_that_reproduces_it():
     base = load_preset("nvidia_bf16_tp2")
     from tptune.te.methods import with_knob
     for op in ("qkv", "proj", "fc1", "fc2"):
-        for group, per in knob_candidates(op, 2, base, workload="fp8").items():
+        for group, per in knob_candidates(op, 2, base, config=ALL, workload="fp8").items():
             for name, vals in per.items():
                 for v in vals:
                     cfgs = with_knob(base, name, group, v)
@@ -114,7 +128,7 @@ def proj_model(c):
 
 
 def test_planner_freezes_what_does_not_matter_and_bisects_to_the_minimum():
-    res, measured = _measure_all("proj", 2, _refs(), proj_model)
+    res, measured = _measure_all("proj", 2, _refs(), proj_model, config=ALL)
     f = res.cfgs["proj_fprop"]
     assert f["method"] == "pipeline" and f["num_sm"] == 8 and f["num_splits"] == 4
     assert f["cga_size"] == 1 and f["set_sm_margin"] == 0                  # no effect: cheapest
@@ -191,7 +205,7 @@ def _rs_model(gain):
 
 
 def test_planner_takes_the_rs_dgrad_when_it_wins_and_keeps_the_bulk_alternative():
-    res, measured = _measure_all("qkv", 2, _refs(), _rs_model(0.6))
+    res, measured = _measure_all("qkv", 2, _refs(), _rs_model(0.6), config=ALL)
     assert res.cfgs["qkv_dgrad"]["method"] == "ring_exchange" and "qkv_wgrad" not in res.cfgs
     assert res.cfgs["qkv_dgrad"]["use_ce"] == 1
     assert "use_ce:qkv_dgrad" in measured                        # the chosen mode's knobs are searched

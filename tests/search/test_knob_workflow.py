@@ -80,7 +80,7 @@ def run_search(s, run_dir, op="proj", model=pipeline_sm8, limit=60):
 
 
 def test_knob_steps_find_pipeline_sm8_and_record_their_cost(tmp_path, pool_dir):
-    s = _settings(pool_dir)
+    s = _settings(pool_dir, knobs={"groups": "all"})
     assert list(dimensions(s, "proj", 2)) == ["knobs"]
     records = run_search(s, tmp_path)
     first, last = records[0], records[-1]
@@ -106,7 +106,8 @@ def test_knob_steps_find_pipeline_sm8_and_record_their_cost(tmp_path, pool_dir):
     n = sum(len(e["values"]) for e in last["sessions"])
     assert cost["measurements"] == n == len(last["asked"])
     assert cost["sessions"] == len(records) and cost["gpu_s"] == pytest.approx(GPU_S * len(records))
-    grid = grid_size("proj", 2, case_ub_cfgs(parse_case_id(f"proj-tp2-ub.{last['reference']}")))
+    grid = grid_size("proj", 2, case_ub_cfgs(parse_case_id(f"proj-tp2-ub.{last['reference']}")),
+                     config={"groups": "all"})
     assert cost["grid_size"] == grid
     assert cost["grid_gpu_s_est"] == pytest.approx(grid * GPU_S * len(records) / n)
     assert cost["ratio"] == pytest.approx(n / grid) and cost["ratio"] < 0.25
@@ -231,8 +232,9 @@ def test_a_submit_host_without_gpus_submits_and_the_jobs_check_their_own_hardwar
     assert p.returncode != 0 and "TPTUNE_SUBMIT_ONLY=1" in p.stdout + p.stderr
     p = smk("outputs/submit/model.json", TPTUNE_SUBMIT_ONLY="1")
     assert p.returncode == 0 and (workdir / "outputs/submit/model.json").exists(), p.stderr[-2000:]
-    p = smk("outputs/submit/sessions/proj/tp2/fprop.ring_exchange/step0/session.json", TPTUNE_SUBMIT_ONLY="1")
-    log = (workdir / "outputs/submit/logs/measure/proj-tp2-fprop.ring_exchange-step0.log")
+    # te's default search is the knob search (settings.backend_defaults)
+    p = smk("outputs/submit/sessions/proj/tp2/knobs/step0/session.json", TPTUNE_SUBMIT_ONLY="1")
+    log = (workdir / "outputs/submit/logs/measure/proj-tp2-knobs-step0.log")
     assert p.returncode != 0 and "te needs CUDA GPUs" in log.read_text()
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from tptune.errors import ConfigError
 from tptune.model.memory import config_problems as memory_problems
+from tptune.settings import backend_defaults
 from tptune.settings.blocks import (Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
                                     Timing, margins_problem, rounds_problem)
 from tptune.settings.schema import problems as schema_problems
@@ -197,6 +198,8 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
     problems.extend(memory_problems(config, mc))
     problems.extend(trap_problems(config, mc))   # ops with nothing under TP overlap in this model
     backend = backend_for(config, host)
+    # a copy, as for ops: config.json records "auto", and every step resolves it on its node again
+    config = backend_defaults.resolve(config, backend, fp8=mc is not None and mc.workload.is_fp8)
     problems.extend(_knob_search_problems(config, backend))
     problems.extend(cross_field_problems(config))
     if mc is not None and mc.workload.is_fp8:

@@ -1,0 +1,128 @@
+"""Which knob groups the committed knob runs ever moved, and what round budget their sessions used: the
+evidence behind the te backend's default knob search (tptune.te.methods.PROVEN_GROUPS,
+config/config.yaml's backend defaults).
+
+For every ``results/**/search/<op>/tp<N>/knobs/result.json`` it reads the search's ``changes`` (one per
+knob group session: whether the kept value moved away from the starting setting beyond the step margin,
+and how). A moved group counts as **in the written file** where the run's written ``ub_cfgs`` at that TP
+(``ub_cfgs.tp<N>.json``) holds the moved-to value for that GEMM. For every knob-step ``session.json``
+it reads the rounds used and how the session stopped, so the round budget is read off too.
+
+    python benchmarks/knob_evidence.py [results]
+
+A group that never moved in any session is left out of the defaults (opt-in: ``search.knobs.groups:
+all`` or a list); a group that moved goes in. The script prints the table and the groups it derives;
+tests/test_knob_evidence.py holds the defaults to it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from tptune.te.methods import ALL_GROUPS, PROVEN_GROUPS  # noqa: E402
+
+_DIFF = re.compile(r"(?P<gemm>\w+_(fprop|dgrad|wgrad))\.(?P<knob>\w+) (?P<old>\S+)\u2192(?P<new>\S+)")
+
+
+def _written(run: Path, tp: int) -> dict | None:
+    f = run / f"ub_cfgs.tp{tp}.json"
+    if not f.is_file():
+        return None
+    try:
+        return json.loads(f.read_text())
+    except ValueError:
+        return None
+
+
+def _in_written(diff: list[str], written: dict | None) -> bool | None:
+    """Whether every knob change of ``diff`` is what the written file holds (None: no written file)."""
+    if written is None:
+        return None
+    cfgs = written.get("ub_cfgs", written)
+    seen = False
+    for d in diff:
+        m = _DIFF.fullmatch(d)
+        if m:
+            seen = True
+            entry = cfgs.get(m["gemm"]) or {}
+            if str(entry.get(m["knob"])) != m["new"]:
+                return False
+        elif d.endswith("overlap dropped"):     # rs_dgrad: the wgrad is no longer overlapped
+            seen = True
+            if d.split()[0] in cfgs:
+                return False
+    return seen
+
+
+def group_evidence(results: Path) -> dict[str, dict]:
+    """Per knob group: sessions, moved, moved into the written file, and where (run, op, TP)."""
+    out: dict[str, dict] = {g: {"sessions": 0, "moved": 0, "written": 0, "where": []}
+                            for g in ALL_GROUPS}
+    for f in sorted(results.glob("**/search/*/tp*/knobs/result.json")):
+        r = json.loads(f.read_text())
+        run = f.parents[4]
+        for ch in r.get("changes") or []:
+            g = out.setdefault(ch["group"], {"sessions": 0, "moved": 0, "written": 0, "where": []})
+            g["sessions"] += 1
+            if ch.get("moved"):
+                g["moved"] += 1
+                w = _in_written(ch.get("diff") or [], _written(run, r["tp"]))
+                g["written"] += bool(w)
+                g["where"].append((str(run.relative_to(results)), r["op"], r["tp"], ch.get("kept_ratio"), w))
+    return out
+
+
+def round_evidence(results: Path) -> dict:
+    """Knob-step sessions: rounds used, and of those that resolved a comparison, at which round."""
+    used = collections.Counter()
+    resolved_at = collections.Counter()
+    budget = collections.Counter()
+    for f in results.glob("**/sessions/*/tp*/knobs/step*/session.json"):
+        s = json.loads(f.read_text())
+        used[s.get("rounds")] += 1
+        budget[(s.get("min_rounds"), s.get("max_rounds"))] += 1
+        m = re.match(r"resolved after (\d+) rounds", s.get("stop") or "")
+        if m:
+            resolved_at[int(m[1])] += 1
+    return {"rounds_used": dict(sorted(used.items(), key=lambda kv: (kv[0] is None, kv[0]))),
+            "resolved_at": dict(sorted(resolved_at.items())), "budgets": dict(budget)}
+
+
+def derived_groups(ev: dict[str, dict]) -> list[str]:
+    """The groups that moved at least once, in ALL_GROUPS' order (the search's group order)."""
+    return [g for g in ALL_GROUPS if ev.get(g, {}).get("moved", 0) > 0]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="?", default=str(ROOT / "results"))
+    a = ap.parse_args(argv)
+    results = Path(a.results)
+    ev = group_evidence(results)
+    print(f"{'group':32} {'sessions':>8} {'moved':>6} {'in file':>8}")
+    for g in ALL_GROUPS:
+        e = ev[g]
+        print(f"{g:32} {e['sessions']:>8} {e['moved']:>6} {e['written']:>8}")
+    for g in ALL_GROUPS:
+        for run, op, tp, ratio, w in ev[g]["where"]:
+            print(f"  {g}: {run} {op} TP {tp}: kept / start {ratio}, in the written file: {w}")
+    rounds = round_evidence(results)
+    print(f"knob steps, rounds used: {rounds['rounds_used']}")
+    print(f"knob steps resolved at round: {rounds['resolved_at']}")
+    print(f"(min_rounds, max_rounds) of those sessions: {rounds['budgets']}")
+    derived = derived_groups(ev)
+    print(f"groups that ever moved (the default): {derived}")
+    print(f"tptune.te.methods.PROVEN_GROUPS:      {list(PROVEN_GROUPS)}"
+          + ("" if derived == list(PROVEN_GROUPS) else "   <- differs: update PROVEN_GROUPS"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
