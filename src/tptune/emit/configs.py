@@ -11,6 +11,7 @@ import yaml
 from tptune import __version__
 from tptune.cases import BOOL_KNOBS
 from tptune.model.ops import TE_GEMMS
+from tptune.records.files import write_text_atomic
 from tptune.te.megatron_flags import transformer_config_overrides
 from tptune.te.ubcfg import METHOD_DEFAULTS, METHOD_KNOBS, validate_ub_cfgs
 
@@ -56,14 +57,14 @@ def write_tp_comm_overlap_cfg(path: str | Path, per_gemm: dict, *, model: str | 
               f"Tuned for: {_tuned_for(model, workload, tp)}", *notes]
     body = yaml.safe_dump(cfgs, default_flow_style=None, sort_keys=False, width=10_000)
     path = Path(path)
-    path.write_text("".join(f"# {line}\n" for line in header) + body)
+    write_text_atomic(path, "".join(f"# {line}\n" for line in header) + body)
     return path
 
 
 def write_ub_cfgs_json(path: str | Path, per_gemm: dict, fp8: bool = False) -> Path:
     """The same ten-GEMM ub_cfgs as JSON, ready for ``initialize_ub(ub_cfgs=json.load(f))``."""
     path = Path(path)
-    path.write_text(json.dumps(te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16"), indent=2) + "\n")
+    write_text_atomic(path, json.dumps(te_ub_cfgs(per_gemm, "fp8" if fp8 else "bf16"), indent=2) + "\n")
     return path
 
 
@@ -177,7 +178,7 @@ def write_bridge_overlap_py(path: str | Path, per_gemm: dict, switches: Mapping[
     """tp_overlap_cfg_nemo.py (bridge_overlap_source) under a header naming what it was tuned for."""
     header = [f"Written by tptune {__version__}; tuned for: {_tuned_for(model, workload)}", *notes]
     path = Path(path)
-    path.write_text(bridge_overlap_source(per_gemm, switches, fp8=fp8, header=header))
+    write_text_atomic(path, bridge_overlap_source(per_gemm, switches, fp8=fp8, header=header))
     return path
 
 
@@ -185,7 +186,7 @@ def write_chunked_cfg(path: str | Path, shape_map: dict, notes: Iterable[str] = 
     """cc_cfg.yaml-style file holding a chunked_shape_map (shape keys quoted, as seed 004 requires)."""
     path = Path(path)
     body = yaml.safe_dump(shape_map, sort_keys=False, default_style=None, width=10_000)
-    path.write_text("".join(f"# {line}\n" for line in notes) + body)
+    write_text_atomic(path, "".join(f"# {line}\n" for line in notes) + body)
     return path
 
 
@@ -193,5 +194,5 @@ def write_decisions_json(path: str | Path, records: Iterable[dict], meta: Mappin
     """decisions.json: {"meta": ..., "ops": {op: record}} (no NaN/inf: failed times are null)."""
     path = Path(path)
     doc = {"meta": dict(meta or {}), "ops": {r["op"]: r for r in records}}
-    path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return path

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from tptune.records.files import write_text_atomic
 from tptune.te.megatron_flags import MEGATRON_CORE, NO_CLI_FLAG, megatron_flags, transformer_config_overrides
 
 OVERRIDES_FILE = "transformer_config_overrides.yaml"   # written beside the flags
@@ -22,14 +23,14 @@ def write_megatron_flags(path: str | Path, switches: dict[str, bool], cfg_path: 
         if switches[name]:
             lines.append(f"# {name}: true has no command-line flag in Megatron-LM; set it through the "
                          f"TransformerConfig override ({overrides_file})")
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path
 
 
 def write_transformer_config_yaml(path: str | Path, switches: dict[str, bool]) -> Path:
     path = Path(path)
     body = yaml.safe_dump(transformer_config_overrides(switches), sort_keys=False)
-    path.write_text(f"# TransformerConfig overrides for TP overlap ({MEGATRON_CORE})\n{body}")
+    write_text_atomic(path, f"# TransformerConfig overrides for TP overlap ({MEGATRON_CORE})\n{body}")
     return path
 
 
@@ -37,5 +38,5 @@ def write_overlap_yaml(path: str | Path, cfgs: dict) -> Path:
     """``--tp-comm-overlap-cfg`` file for ub_cfgs that may lack a wgrad entry (reduce-scatter dgrad)."""
     path = Path(path)
     lines = [f"{k}: " + yaml.safe_dump(v, default_flow_style=True, sort_keys=False).strip() for k, v in cfgs.items()]
-    path.write_text("\n".join(lines) + "\n")
+    write_text_atomic(path, "\n".join(lines) + "\n")
     return path

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import yaml
 
+from tptune.records.files import write_text_atomic
+
 
 def write_preset(d: Path, name: str, ub_cfgs: dict, header: Iterable[str]) -> Path:
     path = d / f"{name}.yaml"
     head = "".join(f"# {n}\n" for n in header)
-    path.write_text(head + yaml.safe_dump(ub_cfgs, sort_keys=False, default_flow_style=None))
+    write_text_atomic(path, head + yaml.safe_dump(ub_cfgs, sort_keys=False, default_flow_style=None))
     return path

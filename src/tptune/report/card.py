@@ -13,6 +13,7 @@ from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency
 from tptune.stats.wording import classify_ratio
 from tptune.stats.rounds import Ratio, ratio_of
+from tptune.records.files import write_via_buffer
 from tptune.records.layer_result import decided_layers
 from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
 from tptune.records.sessions import Session, named
@@ -349,6 +350,6 @@ def plot_summary(rows: list[dict], png: Path) -> Path | None:
     ax.set_title("Each setting against no overlap (95% interval, paired rounds)", fontsize=9)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    write_via_buffer(png, lambda f: fig.savefig(f, dpi=110, format="png"))
     plt.close(fig)
     return png

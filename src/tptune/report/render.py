@@ -16,6 +16,7 @@ from tptune.stats.numerics import summary_text
 from tptune.stats.wording import classify_ratio
 from tptune.model.plan import plan_summary
 from tptune.records import load
+from tptune.records.files import write_text_atomic
 from tptune.records.layer_result import decided_layers
 from tptune.records.run_dir import RunDir, layer_session_name
 from tptune.records.run_status import run_failures
@@ -348,7 +349,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         overlap_md=_overlap_md(s),
         layer=decided_layers(decisions["meta"]),
         calibration=_calibration(run), shape_rows=_shape_rows(recorded, meas, ops),
-        status=status, measured_with=_measured_with(sessions),
+        status=status, measured_with=_measured_with(sessions), wall_time=wall_time_line(run),
     )
-    out.write_text(text)
+    write_text_atomic(out, text)
     return out

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from tptune.records.files import write_via_buffer  # noqa: E402
 from tptune.trace.intervals import merged_segments  # noqa: E402
 from tptune.trace.load import LoadedTrace, load_trace  # noqa: E402
 from tptune.trace.metrics import attributed_events  # noqa: E402
@@ -71,6 +72,6 @@ def plot_timeline(
               fontsize=7, ncol=len(handles), frameon=False)
     fig.tight_layout()
     out = Path(out_png)
-    fig.savefig(out, dpi=110)
+    write_via_buffer(out, lambda f: fig.savefig(f, dpi=110, format=out.suffix[1:] or "png"))
     plt.close(fig)
     return out

@@ -26,6 +26,7 @@ from tptune.measure.worker.timing import MAX_ATTEMPTS, PREROLL_MS, WINDOW_MS, ti
 from tptune.measure.worker.torch_block import TorchBlockBench
 from tptune.model.ops import LAYER, op_mix, primary_shape
 from tptune.model.spec import ModelConfig
+from tptune.records.files import write_via_buffer
 
 # Each backend's op module (its build(case, mc, ctx, settings) builds one op's bench) and block bench.
 # The block modules build on their backend's op module, never the other way round.
@@ -71,8 +72,11 @@ def _profile(bench: Bench, ctx: RankContext, steps: int, out_dir: Path) -> str:
             prof.step()
     ctx.sync()
     gz = raw.with_suffix(".json.gz")
-    with open(raw, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
-        shutil.copyfileobj(src, dst)
+    def compress(out) -> None:
+        with open(raw, "rb") as src, gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+
+    write_via_buffer(gz, compress)     # whole or not at all: analysis never reads a cut trace
     raw.unlink()
     return gz.name
 
