@@ -349,7 +349,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         overlap_md=_overlap_md(s),
         layer=decided_layers(decisions["meta"]),
         calibration=_calibration(run), shape_rows=_shape_rows(recorded, meas, ops),
-        status=status, measured_with=_measured_with(sessions), wall_time=wall_time_line(run),
+        status=status, measured_with=_measured_with(sessions),
     )
     write_text_atomic(out, text)
     return out
