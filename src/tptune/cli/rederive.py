@@ -25,6 +25,23 @@ def check_recorded(run: RunDir) -> None:
                           "sessions and cannot be re-derived with this code; re-measure it")
 
 
+def check_finished(s, run: RunDir) -> None:
+    """Refuse, naming what is missing, a run cut before every op's search and TP point were recorded:
+    re-deriving replays recorded sessions and has none to replay there."""
+    for op in s.ops:
+        tps = run.searched_tps(op)
+        if not tps:
+            raise TptuneError(f"{run}: {op} has no search step recorded ({run.search / op} is missing or empty): "
+                              "the run was cut before its first search step, so there is nothing to re-derive; "
+                              "finish it with snakemake (the same --configfile), which measures from where it "
+                              "stopped")
+        for tp in tps:
+            if not (run.point_session(op, tp) / SESSION_JSON).is_file():
+                raise TptuneError(f"{run}: {op} TP={tp} has no TP point session recorded "
+                                  f"({run.point_session(op, tp) / SESSION_JSON} is missing): the run was cut before "
+                                  "it; finish it with snakemake (the same --configfile), then re-derive")
+
+
 def _analysed(run: RunDir, session_json: Path) -> None:
     ap = run.session_analysis(session_json.parent)
     if not ap.exists():
@@ -33,6 +50,7 @@ def _analysed(run: RunDir, session_json: Path) -> None:
 
 def rederive(s, run: RunDir) -> list[str]:
     check_recorded(run)
+    check_finished(s, run)
     notes, finals = [], []
     sessions = []   # as the workflow's collect takes them (rules/common.smk all_sessions): per op, TP, search, step; then the point
     mem = memory_floor(s, recorded_gpu_memory(run))

@@ -1,0 +1,47 @@
+"""tptune rederive on a run cut short (issue 47 item 4): a clear line naming what is missing, never a
+traceback (before: UnboundLocalError on a run cut before its first search step)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from tptune.settings.resolve import load_config_files
+
+RUN = ROOT / "results" / "knobs-mixtral-8x7b-h200x2"
+
+
+def _rederive(run):
+    return subprocess.run([sys.executable, "-m", "tptune", "rederive", str(run)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("recorded", ["cpu", "gpu"])
+def test_a_run_cut_before_its_first_search_step(tmp_path, recorded):
+    """The CPU default's config.json as the workflow writes it (rules/common.smk RESOLVED_CONFIG), and a GPU
+    run's (before: the memory floor asked for hardware.gpu_memory_gb, which no session had recorded yet)."""
+    run = tmp_path / "cut"
+    (run / "sessions").mkdir(parents=True)
+    if recorded == "cpu":
+        cfg = {**load_config_files(ROOT / "config/config.yaml"), "_base_dir": str(ROOT), "_source": "run config"}
+        (run / "config.json").write_text(json.dumps(cfg))
+    else:
+        shutil.copy(RUN / "config.json", run)
+    p = _rederive(run)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert (f"{run}: qkv has no search step recorded ({run}/search/qkv is missing or empty): the run was cut "
+            "before its first search step, so there is nothing to re-derive") in p.stderr, p.stderr
+
+
+def test_a_run_cut_before_a_tp_point(tmp_path):
+    run = tmp_path / "cut"
+    shutil.copytree(RUN, run)
+    shutil.rmtree(run / "sessions/proj/tp2/point")
+    p = _rederive(run)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"{run}: proj TP=2 has no TP point session recorded ({run}/sessions/proj/tp2/point/session.json " \
+           "is missing): the run was cut before it" in p.stderr, p.stderr
