@@ -28,8 +28,9 @@ def add_check_parser(sub) -> None:
 
 
 def cmd_check(a) -> int:
-    cfgs = check.load_ub_cfgs(a.file)
-    notes = []
+    read = check.read_ub_cfgs(a.file)
+    cfgs, notes = read.cfgs, list(read.notes)
+    what = f"the ub_cfgs {a.file} resolves to" if read.notes else a.file
     if a.overrides:
         switches, source = check.switches_from_overrides(a.overrides), f"the switches of {a.overrides}"
     elif a.flags:
@@ -51,9 +52,9 @@ def cmd_check(a) -> int:
     if a.json:
         print(json.dumps({"file": a.file, "switches_from": source, "fp8": a.fp8, **res.to_dict()}, indent=1))
     elif res.ok:
-        print(f"ok: Megatron-core and TE run {a.file} with {source} as written")
+        print(f"ok: Megatron-core and TE run {what} with {source} as written")
     else:
-        print(f"{a.file} with {source}: {len(res.problems)} conflict(s); Megatron-core and TE do not run it as written")
+        print(f"{what} with {source}: {len(res.problems)} conflict(s); Megatron-core and TE do not run it as written")
         for p in res.problems:
             print(f"  {p.line()}")
     if not a.json:

@@ -22,8 +22,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from tptune.cases import make_case
 from tptune.decide.layer import numerics_row
 from tptune.errors import ConfigError
@@ -36,25 +34,20 @@ from tptune.search.steps import canary_case, point_contenders
 from tptune.settings.resolve import DEFAULTS, ROOT, deep_merge, load_config_files
 from tptune.stats.noise import compare_points
 from tptune.stats.numerics import summary_text
-from tptune.te.check import resolve_switches, switches_from_flags, switches_from_overrides
+from tptune.te.check import read_ub_cfgs, resolve_switches, switches_from_flags, switches_from_overrides
 from tptune.te.megatron_flags import MEGATRON_FIELDS
 from tptune.te.ubcfg import validate_ub_cfgs
 
 
 def load_user_cfg(path: str | Path) -> dict:
-    """A --tp-comm-overlap-cfg YAML as a validated partial ub_cfgs; ConfigError naming what is wrong."""
-    path = Path(path)
+    """A --tp-comm-overlap-cfg YAML as a validated partial ub_cfgs, read as tptune check reads it
+    (te.check.read_ub_cfgs: an empty file is TE's defaults); ConfigError naming what is wrong."""
+    cfgs = read_ub_cfgs(path).cfgs
     try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(str(path), ["file not found"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
-    try:
-        validate_ub_cfgs(raw, require_all=False, source=str(path))
+        validate_ub_cfgs(cfgs, require_all=False, source=str(path))
     except ValueError as exc:
         raise ConfigError(str(path), [str(exc)]) from None
-    return raw
+    return cfgs
 
 
 def verify_settings(model: str, tp: int, workload: dict, config_files: list[str], layers: int):

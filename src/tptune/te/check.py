@@ -66,7 +66,8 @@ import yaml
 from tptune.errors import ConfigError
 from tptune.model.ops import COLUMN_OPS, OPS, ROW_OPS, TE_GEMMS
 from tptune.te.megatron_flags import MEGATRON_FIELDS, NO_CLI_FLAG
-from tptune.te.ubcfg import allowed_methods, te_default_ub_cfgs, validate_ub_cfgs
+from tptune.te.ubcfg import (BUILTIN_PRESET, allowed_methods, is_preset_format, resolve_preset_mapping,
+                             te_default_ub_cfgs, validate_ub_cfgs)
 
 # What TE does instead of what the pair says (Problem.te_does).
 TE_DOES = {
@@ -344,16 +345,31 @@ def op_modes(runs: dict) -> dict[str, str]:
 def _read(path, what: str) -> str:
     p = Path(path)
     try:
-        return p.read_text()
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(str(p), [f"no such file (expected {what})"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(p), [f"cannot read it as {what}: {exc}"]) from None
+    except IsADirectoryError:
+        raise ConfigError(str(p), [f"a folder (expected {what})"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(p), [f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}; "
+                                   f"expected {what})"]) from None
+    except OSError as exc:
+        raise ConfigError(str(p), [f"cannot read it as {what}: {exc.strerror or exc}"]) from None
 
 
-def load_ub_cfgs(path) -> dict:
-    """A --tp-comm-overlap-cfg YAML or a ub_cfgs JSON, as Megatron-LM reads it (yaml.safe_load,
-    training/initialize.py): a mapping of GEMM name -> entry; an empty file is TE's defaults."""
+@dataclass
+class UbCfgsFile:
+    """A ub_cfgs file as read: ``cfgs`` (GEMM name -> entry; {} for an empty file, TE's defaults), and what
+    the reading had to say (``notes``): a tptune preset is read as the ub_cfgs it resolves to."""
+    cfgs: dict
+    notes: list[str] = field(default_factory=list)
+
+
+def read_ub_cfgs(path) -> UbCfgsFile:
+    """The one reader of a ub_cfgs file (tptune check, tptune verify --cfg/--pair): a --tp-comm-overlap-cfg
+    YAML or a ub_cfgs JSON, as Megatron-LM reads it (yaml.safe_load, training/initialize.py): a mapping of
+    GEMM name -> entry; an empty file is TE's defaults. A preset in tptune's own format (config/presets:
+    ``base`` and ``environment`` beside the entries) is read as the full ub_cfgs it resolves to."""
     p = Path(path)
     text = _read(p, "a --tp-comm-overlap-cfg YAML or ub_cfgs JSON")
     try:
@@ -361,11 +377,28 @@ def load_ub_cfgs(path) -> dict:
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(str(p), [f"not {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}"]) from None
     if obj is None:
-        return {}
+        return UbCfgsFile({})
     if not isinstance(obj, dict):
         raise ConfigError(str(p), [f"expected a mapping of TE GEMM name ({', '.join(TE_GEMMS)}) -> config, "
                                    f"got a {type(obj).__name__}"])
-    return obj
+    if not is_preset_format(obj):
+        return UbCfgsFile(obj)
+    try:
+        cfgs, env = resolve_preset_mapping(obj, p)
+    except ValueError as exc:
+        raise ConfigError(str(p), [str(exc)]) from None
+    base = obj.get("base", BUILTIN_PRESET)
+    over = "TE's defaults" if base == BUILTIN_PRESET else f"preset {base}'s"
+    env_words = f", with {', '.join(f'{k}={v}' for k, v in env.items())} in the environment" if env else ""
+    return UbCfgsFile(cfgs, [
+        f"{p} is a tptune preset (the format of config/presets): read as the ub_cfgs it resolves to, its entries "
+        f"over {over}{env_words}; Megatron-LM's --tp-comm-overlap-cfg takes GEMM entries only (no base, no "
+        "environment)"])
+
+
+def load_ub_cfgs(path) -> dict:
+    """``read_ub_cfgs(path).cfgs``."""
+    return read_ub_cfgs(path).cfgs
 
 
 def megatron_config_fields() -> frozenset[str]:

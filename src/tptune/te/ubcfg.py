@@ -163,10 +163,27 @@ def _resolve_preset(name: str, presets_dir, seen: tuple = ()) -> tuple[dict[str,
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ValueError(f"ub preset {path}: expected a mapping of GEMM name -> config")
+    return _resolve_raw(raw, path, presets_dir, seen + (name,))
+
+
+def is_preset_format(raw) -> bool:
+    """Whether a parsed ub_cfgs file is in tptune's preset format (a ``base`` or an ``environment`` beside
+    the GEMM entries), which Megatron-LM's --tp-comm-overlap-cfg does not have."""
+    return isinstance(raw, dict) and any(k in raw for k in PRESET_KEYS)
+
+
+def resolve_preset_mapping(raw: dict, path: str | Path) -> tuple[dict[str, dict], dict[str, str]]:
+    """(full validated ub_cfgs, environment) of a preset file's parsed contents ``raw`` (read from ``path``):
+    its base is looked up beside it, then in config/presets. ValueError naming what is wrong."""
+    path = Path(path)
+    return _resolve_raw(raw, path, [path.parent], (path.stem,))
+
+
+def _resolve_raw(raw: dict, path: Path, presets_dir, seen: tuple) -> tuple[dict[str, dict], dict[str, str]]:
     base = raw.get("base", BUILTIN_PRESET)
     if not isinstance(base, str) or not base:
         raise ValueError(f"ub preset {path}: base: expected the name of another preset, got {base!r}")
-    base_cfgs, env = _resolve_preset(base, presets_dir, seen + (name,))
+    base_cfgs, env = _resolve_preset(base, presets_dir, seen)
     given = raw.get("environment") or {}
     if not isinstance(given, dict):
         raise ValueError(f"ub preset {path}: environment: expected a mapping of variable -> value")
