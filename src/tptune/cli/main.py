@@ -627,9 +627,12 @@ def main(argv=None) -> int:
         return 141     # as a shell reports a process ended by SIGPIPE
     except KeyboardInterrupt as exc:
         signum = exc.args[0] if exc.args and isinstance(exc.args[0], int) else signal.SIGINT
-        _say(f"{cmd}: interrupted ({signal.Signals(signum).name}): the case in flight was stopped with its "
-             "worker group; what was recorded before is kept (a session's completed rounds in its "
-             "session.partial.json: the same command, same code and settings, resumes from them)")
+        if argv and argv[0] in MEASURING:
+            _say(f"{cmd}: interrupted ({signal.Signals(signum).name}): the case in flight was stopped with its "
+                 "worker group; what was recorded before is kept (a session's completed rounds in its "
+                 "session.partial.json: the same command, same code and settings, resumes from them)")
+        else:
+            _say(f"{cmd}: interrupted ({signal.Signals(signum).name}); nothing was being measured")
         return 128 + signum
     except OSError as exc:
         if exc.errno is None:
@@ -639,6 +642,10 @@ def main(argv=None) -> int:
         _say(f"{cmd}: {where}{exc.strerror or exc}" + (" (the disk is full: free space and run again; what was "
                                                        "written before is kept)" if full else ""))
         return 2
+
+
+# the subcommands that start worker groups (the others only read and write files)
+MEASURING = ("profile", "measure-step", "measure-point", "layer", "verify", "calibrate-window")
 
 
 def _interrupt_on_signals() -> None:

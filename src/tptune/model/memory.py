@@ -99,6 +99,7 @@ from tptune.model.ops import attention_linears
 from tptune.model.spec import ModelConfig, ModelSpec
 
 GIB = 2**30
+MAX_PP = 1024                     # the deepest pipeline the smallest layout is searched to (the schema's too)
 VOCAB_DIVISIBLE_BY = 128          # Megatron's make_vocab_size_divisible_by default
 RECOMPUTE = ("none", "selective", "full")
 PARALLEL_DEFAULTS: dict[str, Any] = {
@@ -308,8 +309,8 @@ def mtp_params(m: ModelSpec, tp: int, ep: int = 1, etp: int | None = None) -> di
     layer): enorm + hnorm + its final norm (3h), eh_proj [2h -> h] (column-parallel), and one transformer
     layer of the model's last-layer kind (MoE for DeepSeek-V3). It shares the embedding and the output
     layer with the main model (a Hugging Face checkpoint stores its own copies of both)."""
-    pat = m.moe_pattern()
-    kind = "moe" if m.is_moe and pat and pat[-1] else "dense"
+    n = m.layer_count
+    kind = "moe" if n and m.moe_layers_in(n - 1, n) else "dense"
     layer = layer_params(m, tp, kind, ep, etp)
     return {"eh_proj": 2 * m.hidden_size * m.hidden_size // tp, "mtp_norms": 3 * m.hidden_size,
             **{f"layer_{k}": v for k, v in layer.items()}}
@@ -320,13 +321,14 @@ def model_params(m: ModelSpec) -> dict[str, Any]:
     ``active`` (the parameters one token goes through: the top-k of the routed experts, everything
     else whole, both embedding matrices counted), ``active_without_embedding`` (the input embedding,
     a lookup, left out: OpenAI's convention for GPT-OSS), and ``mtp`` (the MTP blocks, not in total)."""
-    pat = m.moe_pattern() or []
+    layers = m.layer_count or 0
+    moe = m.moe_layers_in(0, layers)
     h, v = m.hidden_size, m.vocab_size
     parts = {"embedding": v * h, "output_layer": v * h if m.untie_embeddings_and_output_weights else 0,
              "final_norm": h, "attention": 0, "norms": 0, "dense_mlp": 0, "router": 0, "shared_experts": 0,
              "routed_experts": 0}
     attention = sum(attention_params(m, 1).values())
-    for kind, n in (("moe", sum(pat)), ("dense", len(pat) - sum(pat))):
+    for kind, n in (("moe", moe), ("dense", layers - moe)):
         if not n:
             continue
         lp = layer_params(m, 1, kind)
@@ -426,7 +428,6 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
         problems.append(f"parallel.ep={ep} does not divide the {m.num_moe_experts} routed experts")
     eopt_b = o_b / edp if par["distributed_optimizer"] else o_b
     layers_per_stage = -(-m.num_layers // pp)
-    pattern = m.moe_pattern()
     lp = {kd: layer_params(m, tp, kd, ep, etp) for kd in (("dense", "moe") if m.is_moe else ("dense",))}
     embedding = padded_vocab(m.vocab_size, tp) * m.hidden_size // tp
     untied = bool(m.untie_embeddings_and_output_weights)
@@ -442,8 +443,9 @@ def estimate(model_config: ModelConfig, tp: int, parallel: dict | None = None, g
     stages = []
     for k in range(pp):
         first, last = k == 0, k == pp - 1
-        mine = pattern[k * layers_per_stage:(k + 1) * layers_per_stage]
-        n = {"moe": sum(mine), "dense": len(mine) - sum(mine)}
+        start, stop = k * layers_per_stage, min((k + 1) * layers_per_stage, m.num_layers)
+        moe = m.moe_layers_in(start, stop)
+        n = {"moe": moe, "dense": max(0, stop - start) - moe}
         expert = n["moe"] * lp.get("moe", {}).get("routed_experts", 0)
         params = sum(n[kd] * sum(lp[kd].values()) for kd in lp)
         params += embedding if first else 0
@@ -527,10 +529,10 @@ def smallest_layout(model_config: ModelConfig, parallel: dict | None, gpu_memory
                     gpus_per_node: int = 8) -> dict | None:
     """The smallest (TP, PP) layout that fits: fewest GPUs per model replica (TP x PP), then the
     smaller PP; TP over powers of two up to the node, PP over the divisors of the layer count, the
-    other settings of ``parallel`` kept (dp 'auto' re-derived per layout). None if none fits."""
+    other settings of ``parallel`` kept (dp 'auto' re-derived per layout), PP up to MAX_PP. None if none fits."""
     par = parallel_settings(parallel)
     layers = model_config.model.num_layers
-    pps = [d for d in range(1, layers + 1) if layers % d == 0]
+    pps = [d for d in _divisors(layers) if d <= MAX_PP]
     cands = sorted(((tp, pp) for tp in node_tps([], gpus_per_node) for pp in pps), key=lambda x: (x[0] * x[1], x[1]))
     for tp, pp in cands:
         if model_config.tp_problems(tp):
@@ -540,6 +542,12 @@ def smallest_layout(model_config: ModelConfig, parallel: dict | None, gpu_memory
             return {"tp": tp, "pp": pp, "dp": r["dp"], "gpus": tp * pp, "total": r["total"], "usable": r["usable"],
                     "why": r["why"]}
     return None
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n``, smallest first (by trial up to its square root: n may be huge)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small) | {n // d for d in small})
 
 
 def tp_floor(model_config: ModelConfig, tps, parallel: dict | None = None, gpu_memory_bytes: int | None = None,
@@ -611,7 +619,7 @@ def tp_floor(model_config: ModelConfig, tps, parallel: dict | None = None, gpu_m
                       f"dp={layout['dp']}, {_gib(layout['total'])} <= {_gib(layout['usable'])})")
     else:
         res["why"] = (f"no TP up to {gpus_per_node} fits{pp_txt}, and no TP x PP layout up to "
-                      f"PP={model_config.model.num_layers} fits either (raise parallel.dp, use recompute, or "
+                      f"PP={min(model_config.model.num_layers, MAX_PP)} fits either (raise parallel.dp, use recompute, or "
                       "more memory)")
     return _done(res, tps)
 

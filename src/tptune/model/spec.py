@@ -139,26 +139,37 @@ class ModelSpec:
 
     def moe_pattern(self) -> list[bool] | None:
         """Per layer, whether it is an MoE layer (None: a dense model, or an MoE model whose layer count
-        is not given and whose pattern is not every layer)."""
-        if not self.is_moe:
-            return [False] * self.num_layers if self.num_layers else None
+        is not given and whose pattern is not every layer). One entry per layer: the counts below
+        (moe_layers_in, layer_count) never build it."""
+        n = self.layer_count
+        return None if n is None else [self.moe_layers_in(i, i + 1) == 1 for i in range(n)]
+
+    @property
+    def layer_count(self) -> int | None:
+        """The model's layers: num_layers, or the length of a per-layer moe_layer_freq (None: not given)."""
+        f = self.moe_layer_freq
+        return len(f) if self.is_moe and isinstance(f, (tuple, list)) else self.num_layers
+
+    def moe_layers_in(self, start: int, stop: int) -> int:
+        """MoE layers among layers [start, stop), counted without a list per layer (num_layers may be
+        huge): an int moe_layer_freq k makes layer i MoE iff i % k == 0."""
+        if not self.is_moe or stop <= start:
+            return 0
         f = 1 if self.moe_layer_freq is None else self.moe_layer_freq
         if isinstance(f, (tuple, list)):
-            return [bool(x) for x in f]
-        if not self.num_layers:
-            return None
-        return [i % f == 0 for i in range(self.num_layers)]
+            return sum(bool(x) for x in f[start:stop])
+        return -(-stop // f) - -(-start // f)     # the multiples of f in [start, stop)
 
     @property
     def moe_layers(self) -> int:
         """MoE layers of the model (all of them when the layer count is unknown and every layer is MoE)."""
-        pat = self.moe_pattern()
-        return sum(pat) if pat is not None else (1 if self.is_moe else 0)
+        n = self.layer_count
+        return self.moe_layers_in(0, n) if n is not None else (1 if self.is_moe else 0)
 
     @property
     def dense_layers(self) -> int:
-        pat = self.moe_pattern()
-        return (len(pat) - sum(pat)) if pat is not None else (0 if self.is_moe else 1)
+        n = self.layer_count
+        return (n - self.moe_layers_in(0, n)) if n is not None else (0 if self.is_moe else 1)
 
     def block_pattern(self, n: int) -> list[bool]:
         """Which of the layer stage's ``n`` layers are MoE layers: every one for an MoE model, except the
@@ -319,6 +330,18 @@ def _pick(raw: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
     return None, None
 
 
+# Upper bounds far above any model trained (405B dense: 126 layers, hidden 16384, 128 heads; vocabularies
+# to 256k; MoE to 512 experts): a value beyond is a typo, refused before planning touches it.
+MAXIMA = {"num_layers": 100_000, "num_hidden_layers": 100_000, "mtp_num_layers": 1_000,
+          "num_nextn_predict_layers": 1_000, "hidden_size": 1 << 20, "ffn_hidden_size": 1 << 24,
+          "intermediate_size": 1 << 24, "moe_ffn_hidden_size": 1 << 24, "moe_intermediate_size": 1 << 24,
+          "moe_shared_expert_intermediate_size": 1 << 24, "shared_expert_intermediate_size": 1 << 24,
+          "num_attention_heads": 1 << 16, "num_query_groups": 1 << 16, "num_key_value_heads": 1 << 16,
+          "kv_channels": 1 << 16, "head_dim": 1 << 16, "vocab_size": 1 << 26, "padded_vocab_size": 1 << 26,
+          "num_moe_experts": 1 << 16, "num_experts": 1 << 16, "num_local_experts": 1 << 16,
+          "n_routed_experts": 1 << 16}
+
+
 def _positive_int(raw: dict, names: tuple[str, ...], problems: list[str], required=True) -> int | None:
     key, value = _pick(raw, names)
     if key is None:
@@ -331,6 +354,10 @@ def _positive_int(raw: dict, names: tuple[str, ...], problems: list[str], requir
         return None
     if value <= 0:
         problems.append(f"field '{key}' = {value}: expected a positive integer")
+        return None
+    if key in MAXIMA and value > MAXIMA[key]:
+        problems.append(f"field '{key}' = {value}: expected at most {MAXIMA[key]:,} (far beyond any model "
+                        "trained; a typo?)")
         return None
     return value
 
@@ -583,6 +610,11 @@ def _moe_freq(value, layers: int | None, problems: list[str]):
         if not parts or re.sub(r"[\s()+]|\[\s*[01]\s*\]\s*\*\s*\d+", "", value):
             problems.append(f"field 'moe_layer_freq' = {value!r}: expected an integer, a list of 0/1 per layer "
                             "or Megatron's string form like '([0]*3+[1]*58)'")
+            return None
+        total = sum(int(n) for _, n in parts)
+        if total > MAXIMA["num_layers"]:
+            problems.append(f"field 'moe_layer_freq' = {value!r}: {total:,} layers, expected at most "
+                            f"{MAXIMA['num_layers']:,}")
             return None
         value = [int(b) for b, n in parts for _ in range(int(n))]
     if isinstance(value, (list, tuple)):

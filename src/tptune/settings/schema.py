@@ -2,7 +2,7 @@
 
 (jsonschema itself costs ~1.2 s to import, paid by every Snakemake job, and is absent on the GPU
 machines.) Supported: type, properties, required, additionalProperties (false), enum, minimum,
-minItems, items, pattern, anyOf.
+maximum, minItems, items, pattern, anyOf.
 """
 from __future__ import annotations
 
@@ -31,6 +31,9 @@ def problems(data, schema: dict, path: str = "") -> list[str]:
         out.append(f"field '{where}': {data!r} is not one of {schema['enum']}")
     if "minimum" in schema and isinstance(data, (int, float)) and data < schema["minimum"]:
         out.append(f"field '{where}': {data!r} is less than the minimum of {schema['minimum']}")
+    if "maximum" in schema and isinstance(data, (int, float)) and data > schema["maximum"]:
+        out.append(f"field '{where}': {data!r} is more than the maximum of {schema['maximum']}"
+                   + (f" ({schema['description']})" if schema.get("description") else ""))
     if "pattern" in schema and isinstance(data, str) and not re.search(schema["pattern"], data):
         out.append(f"field '{where}': {data!r} does not match {schema['pattern']!r}")
     if isinstance(data, list):
