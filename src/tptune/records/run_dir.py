@@ -48,6 +48,26 @@ class RunDir:
         return self.root / "calibration"
 
     @property
+    def progress_jsonl(self) -> Path:
+        """One JSON line per invocation start and per finished session (records.progress)."""
+        return self.root / "progress.jsonl"
+
+    @property
+    def wall_predicted_json(self) -> Path:
+        """The run's predicted wall time on this node, written before measuring."""
+        return self.root / "wall_predicted.json"
+
+    @property
+    def wall_s_txt(self) -> Path:
+        """The run's measured wall seconds, written by whoever timed the snakemake (scripts/device_workflow.sh)."""
+        return self.root / "wall_s.txt"
+
+    @property
+    def wall_8gpu_predicted_txt(self) -> Path:
+        """The wall seconds the run's sessions would take on an 8-GPU node (TP 2, 4, 8), replayed."""
+        return self.root / "wall_s.8gpu-predicted.txt"
+
+    @property
     def model_json(self) -> Path:
         return self.root / "model.json"
 
@@ -176,6 +196,10 @@ class RunDir:
     @property
     def status_json(self) -> Path:
         return self.root / "status.json"
+
+    def wall_predicted_txt(self, gpus: int) -> Path:
+        """The wall seconds the run's sessions would take on a node of ``gpus`` GPUs, replayed (tptune predict)."""
+        return self.root / f"wall_s.{int(gpus)}gpu-predicted.txt"
 
     @property
     def figures(self) -> Path:

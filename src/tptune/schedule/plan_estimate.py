@@ -1,0 +1,170 @@
+"""A run's wall time on its node predicted before anything is measured (``tptune plan``'s
+wall_predicted.json, and ``snakemake -n``'s line).
+
+The sessions are those the search will plan where nothing moves (every setting ties, as
+benchmarks/knob_sessions.py steps the knob planner): per op and TP the search's steps with their members
+(the knob planner's sessions, or each dimension's bisection / grid steps), the TP point (the references,
+the search's winners and the tuned combination), and the layer stage's block per TP (none, its bound,
+TE's defaults, the presets, the tuned combination); every TP of ``tp_sizes`` is counted for every op (an
+upper bound unless ``decision.explore_all_tps``). A session's rounds are its round budget times the
+share sessions of its kind used in the committed runs; its seconds are its member-rounds times the
+committed runs' seconds per member-round of its kind and TP (schedule.wall_fit), and the bookkeeping,
+group starts, start-up and tail are theirs too. The sessions are then laid on the node as a measured run's
+are (schedule.simulate). The fit is of GPU runs: for the torch (CPU) backend the figure is rough.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tptune.schedule import measured as ms
+from tptune.schedule.simulate import Job, Node, simulate
+from tptune.schedule.wall_fit import load_table, member_round_s
+from tptune.search import knob_search, steps
+from tptune.search.knobs import plan_next, plan_result
+from tptune.settings.resolve import Settings
+
+MAX_STEPS = 200            # a search that plans more steps than this (it never should) stops being counted
+IDLE_TIMEOUT_S = 30.0
+_ROUNDS = (1.0, 1.004, 0.998, 1.001)      # one drift shared by a session's members: nothing moves
+
+
+@dataclass
+class PlannedSession:
+    name: str
+    tp: int
+    kind: str
+    members: int
+    rounds: int
+    seconds: float
+
+
+@dataclass
+class WallEstimate:
+    gpus: int
+    predicted_wall_s: float
+    sessions: list[PlannedSession]
+    per_tp: dict
+    basis: str
+    rough: bool
+    notes: list[str] = field(default_factory=list)
+
+    def as_record(self) -> dict:
+        """wall_predicted.json (keys other tools read: gpus, sessions_planned, predicted_wall_s, basis, per_tp)."""
+        per_tp = {}
+        for tp, d in self.per_tp.items():
+            mine = [x for x in self.sessions if x.tp == tp]
+            per_tp[str(tp)] = {
+                "sessions": d["sessions"], "member_rounds": sum(x.members * x.rounds for x in mine),
+                **{k: sum(1 for x in mine if x.kind == k) for k in ("steps", "points", "blocks")},
+                "held_s": round(d["held_s"], 1), "group_starts": d["group_starts"],
+                "first_start_s": round(d["first_start_s"], 1), "last_end_s": round(d["last_end_s"], 1)}
+        return {"gpus": self.gpus, "sessions_planned": len(self.sessions),
+                "predicted_wall_s": round(self.predicted_wall_s), "basis": self.basis, "rough": self.rough,
+                "per_tp": per_tp, "notes": self.notes}
+
+    def line(self) -> str:
+        tps = ", ".join(f"TP {tp} {d['sessions']}" for tp, d in self.per_tp.items())
+        return (f"predicted wall time on this node ({self.gpus} GPUs): {self.predicted_wall_s:.0f} s for "
+                f"{len(self.sessions)} planned sessions ({tps})" + (" (rough: CPU backend)" if self.rough else ""))
+
+
+def _flat_point(case: str) -> dict:
+    return {"case": case, "status": "ok", "timing": {"total_ms": {
+        "median": 10.0, "rounds": [10.0 * f for f in _ROUNDS], "round_ids": list(range(len(_ROUNDS)))}}}
+
+
+def _knob_search(s: Settings, op: str, tp: int) -> tuple[list[int], list[dict]]:
+    """Members per step of the knob search over a flat landscape, and its result as the point reads it."""
+    plan = knob_search.planner_args(s, op, tp)
+    measured, sizes = {}, []
+    while len(sizes) < MAX_STEPS and (sess := plan_next(op, tp, measured=measured, **plan)) is not None:
+        measured[sess.label] = {c: _flat_point(c) for c in sess.members}
+        sizes.append(len(sess.members))
+    res = plan_result(op, tp, measured=measured, **plan)
+    return sizes, [{"dim": knob_search.DIM, "best_case": res.case, "alternative": res.alternative}]
+
+
+def _dimension_search(s: Settings, op: str, tp: int) -> tuple[dict[str, list[int]], list[dict]]:
+    """Members per step of each dimension's search (bisection, grid) over a flat landscape, and the
+    results as the point reads them (the cheapest value of each: ties go to it)."""
+    out, results = {}, []
+    for name, dim in steps.dimensions(s, op, tp).items():
+        measured, pairs, sizes = {}, {}, []
+        while len(sizes) < MAX_STEPS and (nxt := steps.next_values(s, op, dim, measured, pairs)):
+            pts = {v: _flat_point(dim.case_of(v).id) for v in nxt}
+            measured.update(pts)
+            if len(nxt) == 2:
+                pairs[tuple(nxt)] = (pts[nxt[0]], pts[nxt[1]])
+            sizes.append(len(nxt))
+        if sizes:
+            out[name] = sizes
+        results.append({"dim": name, "best": dim.candidates[0], "best_case": dim.case_of(dim.candidates[0]).id})
+    return out, results
+
+
+def _block_members(s: Settings) -> int:
+    if s.backend != "te":
+        return 3                                          # none, nocomm, the tuned chunk count
+    bound = s.layer.bound and not s.model.model.is_moe
+    return 3 + int(bound) + len(s.search.te_presets or [])   # none, [nocomm], ub.te, presets, tuned
+
+
+def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession], list[PlannedSession]]:
+    """The sessions the run will plan (module doc), as the scheduler's sessions and as costed."""
+    out: list[PlannedSession] = []
+
+    def add(name: str, tp: int, kind: str, members: int, budget: int | None, lo: int | None):
+        share = table["rounds_share"].get(kind, 1.0)
+        budget = int(budget or 4)
+        rounds = min(budget, max(int(lo or 1), math.ceil(budget * share)))
+        per_mr, _ = member_round_s(table, kind, tp)
+        out.append(PlannedSession(name, tp, kind, members, rounds, members * rounds * per_mr))
+
+    for tp in s.tp_sizes:
+        for op in s.ops:
+            t = s.op(op).timing
+            if steps.search_mode(s, op) == "knobs":
+                sizes, results = _knob_search(s, op, tp)
+                per_dim = {knob_search.DIM: sizes}
+            else:
+                per_dim, results = _dimension_search(s, op, tp)
+            for dim, sizes in per_dim.items():
+                for k, n in enumerate(sizes):
+                    add(f"{op}/tp{tp}/{dim}/step{k}", tp, "steps", n, t.max_rounds, t.min_rounds)
+            members, _ = steps.point_members(s, op, tp, results)
+            add(f"{op}/tp{tp}/point", tp, "points", len(members), t.max_rounds, t.min_rounds)
+        if s.layer.enabled:
+            add(f"layer/tp{tp}", tp, "blocks", _block_members(s), s.timing.max_rounds, s.timing.min_rounds)
+    as_measured = [ms.MeasuredSession(name=x.name, op=ms.parse_name(x.name)[0], tp=x.tp, kind=x.kind,
+                                      dim=ms.parse_name(x.name)[3], step=ms.parse_name(x.name)[4],
+                                      started=float(i), held_s=x.seconds, start_s=0.0, group_starts=0,
+                                      members=x.members, rounds=x.rounds, gpu_ids=None)
+                   for i, x in enumerate(out)]
+    return as_measured, out
+
+
+def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) -> WallEstimate:
+    """The run's predicted wall time on ``gpus`` GPUs (default: the run's gpus_per_node)."""
+    table = table if table is not None else load_table()
+    gpus = int(gpus or s.gpus_per_node)
+    sessions, planned = planned_sessions(s, table)
+    deps = ms.dependencies(sessions)
+    jobs = [Job(x.name, x.tp, x.held_s, deps[x.name][0], table["gaps_s"][deps[x.name][1]], priority=x.started)
+            for x in sessions]
+    node = Node(gpus=gpus, start_s={tp: table["group_start_s"] for tp in s.tp_sizes},
+                launch_gap_s=table["gaps_s"]["launch"],
+                idle_timeout_s=float(s.launcher.idle_timeout_s or IDLE_TIMEOUT_S),
+                keep_idle_groups=s.launcher.keep_idle_groups)
+    sched = simulate(jobs, node)
+    rough = s.backend != "te"
+    notes = [f"every TP of {s.tp_sizes} counted for every op"
+             + ("" if s.decision.explore_all_tps else " (an upper bound: the TP decision may stop earlier)"),
+             "the search where nothing moves (every setting ties)"]
+    if rough:
+        notes.append("rough: seconds per member-round fitted on GPU runs, this run measures on CPU")
+    basis = (f"{len(planned)} sessions planned where nothing moves, costed with the fit of "
+             f"{len(table['runs'])} committed GPU runs (tptune/data/wall_fit.json), laid on {gpus} GPUs"
+             + ("; rough: CPU backend" if rough else ""))
+    return WallEstimate(gpus=gpus, predicted_wall_s=table["outside_s"] + sched.span_s, sessions=planned,
+                        per_tp=sched.per_tp(), basis=basis, rough=rough, notes=notes)

@@ -1,0 +1,77 @@
+"""The wall time predicted before measuring: the committed fit is benchmarks/wall_fit.py's fit of results/,
+and tptune plan's estimate (the search's planned sessions costed with it, laid on the node) is close to
+what the committed runs measured."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from tptune.measure.preflight import resolve_here
+from tptune.schedule.plan_estimate import estimate, planned_sessions
+from tptune.schedule.wall_fit import fit, fitted_runs, load_table
+from tptune.settings.resolve import load_config_files, load_run_config
+
+RESULTS = ROOT / "results"
+
+
+def _settings(run_dir):
+    cfg, source, _ = load_run_config([run_dir / "config.json"])
+    return resolve_here(cfg, source=source, base_dir=ROOT, check_hardware=False)
+
+
+def test_the_committed_table_is_the_fit_of_the_committed_runs():
+    assert load_table() == fit(RESULTS), "results/ changed: python benchmarks/wall_fit.py --write"
+
+
+def test_the_benchmark_prints_the_fit_and_each_runs_predictions():
+    """... and before measuring, the committed runs are predicted within a third (median over every fitted
+    run; the planned search is the one where nothing moves, so it tends to run long)."""
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "wall_fit.py")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "s per member-round" in p.stdout and "tp24-llama3-70b-h200x4/rep1" in p.stdout
+    median = next(line for line in p.stdout.splitlines() if "before measuring: median error" in line)
+    assert int(median.split("median error ")[1].split("%")[0]) <= 33, median
+    assert len(fitted_runs(RESULTS)[0]) >= 15
+
+
+def test_planned_sessions_follow_the_search(tmp_path):
+    run = RESULTS / "knobs-llama3-70b-h100x4-tp4"
+    s = _settings(run)
+    _, planned = planned_sessions(s, load_table())
+    names = [x.name for x in planned]
+    # the knob planner where nothing moves: as many steps as benchmarks/knob_sessions.py counts
+    given = {k: v for k, v in json.loads((run / "config.json").read_text()).items() if not k.startswith("_")}
+    (tmp_path / "run.yaml").write_text(json.dumps(given))
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "knob_sessions.py"), str(tmp_path / "run.yaml")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    for line in out.stdout.splitlines():
+        if "all ops" in line or "sessions" not in line:
+            continue
+        tp, op, n = line.split()[0].split("=")[1], line.split()[1], int(line.split()[2])
+        assert sum(1 for x in names if x.startswith(f"{op}/tp{tp}/knobs/step")) == n
+    assert [x for x in names if "/point" in x] == [f"{op}/tp4/point" for op in s.ops]
+    assert names[-1] == "layer/tp4"
+    rec = estimate(s).as_record()
+    assert rec["gpus"] == 4 and rec["sessions_planned"] == len(planned) and not rec["rough"]
+    assert rec["per_tp"]["4"]["sessions"] == len(planned) and rec["per_tp"]["4"]["blocks"] == 1
+
+
+def test_the_cpu_default_is_predicted_and_said_to_be_rough():
+    s = resolve_here(load_config_files(ROOT / "config" / "config.yaml"), check_hardware=False)
+    est = estimate(s)
+    rec = est.as_record()
+    assert rec["rough"] and "rough" in rec["basis"] and "rough" in est.line()
+    assert set(rec["per_tp"]) == {str(t) for t in s.tp_sizes}
+    assert rec["predicted_wall_s"] > 0
+    json.dumps(rec)
+
+
+@pytest.mark.parametrize("bad", [None, object()])
+def test_the_dry_run_line_never_raises(bad):
+    from tptune.cli.wall import dry_run_line
+
+    assert dry_run_line(bad).startswith("tptune: no wall-time prediction (")
