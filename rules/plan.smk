@@ -1,3 +1,12 @@
+# A dry run (snakemake -n) says the run's predicted wall time on this node before anything is measured
+# (tptune plan writes it to wall_predicted.json in a real run): once, in the main process (never in a
+# cluster job, which parses this file again), and nothing here can stop planning (cli.wall.dry_run_line).
+if getattr(workflow.output_settings, "dryrun", False) and workflow.is_main_process:
+    from tptune.cli.wall import dry_run_line
+
+    print(dry_run_line(S), file=sys.stderr)
+
+
 rule model:
     output:
         MODEL_JSON,

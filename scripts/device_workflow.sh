@@ -30,6 +30,7 @@ for cfg in "$@"; do
     echo "$cfg -> $run: snakemake exit $? after $(( $(date +%s) - start )) s"
     tail -3 "outputs-$run.log"
     echo "$(( $(date +%s) - start ))" > "outputs/$run/wall_s.txt"
+    tptune predict "outputs/$run" --gpus 8 || echo "$run: no 8-GPU prediction"   # wall_s.8gpu-predicted.txt beside it
     pack_run outputs "$run" && [ -n "${OUT:-}" ] \
       && tar czf "$OUT/$run-worker-logs.tgz" $(find /tmp/tptune-pool -name 'srv-*.log' 2>/dev/null) 2>/dev/null
   done

@@ -17,6 +17,7 @@ from pathlib import Path
 from tptune import __version__
 from tptune.cases import parse_case_id
 from tptune.cli.check import add_check_parser
+from tptune.cli.wall import add_predict_parser, write_plan_estimate
 from tptune.emit.records import write_record
 from tptune.emit.tables import write_table
 from tptune.errors import TptuneError
@@ -138,6 +139,7 @@ def cmd_plan(a) -> int:
     s = _settings(a.config, recorded=False)
     plan = build_plan(s.model, s.tp_sizes, Hardware.from_dict(s.hardware.as_dict()), s.ops)
     write_table(plan, a.out, csv=True)
+    write_plan_estimate(s, RunDir(Path(a.out).parent))     # wall_predicted.json; never fails the plan
     return 0
 
 
@@ -583,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_failed)
 
     add_check_parser(sub)
+    add_predict_parser(sub)
 
     p = _step(sub, "check-run", "exit 1 when a stage of the run had no successful member")
     p.add_argument("run_dir")
