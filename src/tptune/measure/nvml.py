@@ -52,3 +52,22 @@ def compute_capability(gpu_id: str) -> tuple[int, int] | None:
     except AttributeError:   # a driver older than the call
         return None
     return major.value, minor.value
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+def total_memory(gpu_id: str) -> int | None:
+    """A GPU's memory in bytes (nvmlDeviceGetMemoryInfo's total; see ``handle`` for the id), or None where
+    NVML cannot say."""
+    h = handle(gpu_id)
+    if h is None:
+        return None
+    mem = _Memory()
+    try:
+        if library().nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)) != 0:
+            return None
+    except AttributeError:
+        return None
+    return int(mem.total) or None

@@ -19,14 +19,16 @@ def te_available() -> bool:
 
 
 def probe_host(check_hardware: bool = True) -> Host:
-    """This machine's GPUs and Transformer Engine; the first GPU's compute capability only when the
+    """This machine's GPUs and Transformer Engine, the first GPU's memory (NVML, for the workload check);
+    its compute capability only when the
     hardware is checked (a step that reads recorded measurements judges an FP8 recipe by hardware.gpu):
     from NVML, else from torch where NVML cannot say (a GPU named as CUDA_VISIBLE_DEVICES renumbers it)."""
     gpu_ids = tuple(available_ids())
     capability = None
     if gpu_ids and check_hardware:
         capability = nvml.compute_capability(gpu_ids[0]) or device_capability()
-    return Host(gpu_ids=gpu_ids, te_available=te_available(), capability=capability)
+    memory = nvml.total_memory(gpu_ids[0]) if gpu_ids else None
+    return Host(gpu_ids=gpu_ids, te_available=te_available(), capability=capability, gpu_memory=memory)
 
 
 def resolve_here(config: dict, source: str = "config", base_dir: str | Path = ".", check_hardware: bool = True,

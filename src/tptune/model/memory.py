@@ -514,6 +514,51 @@ def _why(r: dict) -> str:
     return f"{where}: does not fit: needs {_gib(r['total'])} > {cap}: {parts}"
 
 
+# --- what a run can measure ---------------------------------------------------------------------
+
+def layer_bytes(model_config: ModelConfig, tp: int, tokens: int | None = None) -> int:
+    """The activations one transformer layer keeps for its backward pass on one GPU at TP ``tp`` (the
+    larger of its dense and MoE layers), for the workload's micro-batch or for ``tokens`` tokens: what
+    no training layout goes below (pipeline stages hold whole layers; full recompute still rebuilds one
+    layer's activations at a time), and what the measured block and each op's session hold at least."""
+    m, w = model_config.model, model_config.workload
+    seq, mbs = (w.seq_length, w.micro_batch_size) if tokens is None else (tokens, 1)
+    kinds = [k for k, n in (("dense", m.dense_layers), ("moe", m.moe_layers)) if n] or ["dense"]
+    return max(layer_activations(m, seq, mbs, tp, w.dtype_bytes, sequence_parallel=w.sequence_parallel,
+                                 kind=kind)["total"] for kind in kinds)
+
+
+def workload_problems(model_config: ModelConfig, tps: list[int], memory_bytes: int | None, memory_fraction: float,
+                      memory_source: str) -> list[str]:
+    """The TP sizes of ``tps`` at which the workload cannot be measured at all: one transformer layer's
+    activations (layer_bytes) alone exceed the usable memory of one GPU (``memory_bytes`` x
+    ``memory_fraction``; on CPU a rank's share of the host's). Every member of every session there would
+    fail allocating. Empty when the memory is unknown. One problem naming the workload's fields, what was
+    asked, the TP sizes that fit and the most tokens a micro-batch that fits at the largest TP."""
+    if not memory_bytes or not tps:
+        return []
+    w = model_config.workload
+    usable = int(memory_bytes * memory_fraction)
+    need = {tp: layer_bytes(model_config, tp) for tp in sorted(tps)}
+    too_big = [tp for tp, b in need.items() if b > usable]
+    if not too_big:
+        return []
+    top = max(tps)
+    per_token = layer_bytes(model_config, top, tokens=1 << 20) / (1 << 20)
+    most = int(usable // per_token) if per_token else 0
+    fits = [tp for tp in need if tp not in too_big]
+    asked = f"seq_length={w.seq_length:,} x micro_batch_size={w.micro_batch_size:,} ({w.tokens:,} tokens a micro-batch)"
+    where = f"TP={too_big[0]}" if len(too_big) == 1 else f"TP sizes {', '.join(map(str, too_big))}"
+    return [f"field 'workload': {asked} cannot be measured at {where}: one transformer layer's activations alone "
+            f"need {_gib(need[too_big[-1]])} per GPU at TP={too_big[-1]}, above the {_gib(usable)} usable "
+            f"({memory_fraction:.0%} of {_gib(memory_bytes)}, {memory_source}); no pipeline layout or recompute "
+            "holds less than one layer. "
+            + (f"TP {', '.join(map(str, fits))} fit{'s' if len(fits) == 1 else ''}: leave TP "
+               f"{', '.join(map(str, too_big))} out of tp_sizes, or " if fits else "")
+            + f"{'l' if fits else 'L'}ower seq_length x micro_batch_size to at most about {most:,} tokens (at TP={top}). "
+            "(The run's memory section, tptune.model.memory; parallel.memory_check: false skips this check.)"]
+
+
 # --- the floor ---------------------------------------------------------------------------------
 
 def node_tps(tps, gpus_per_node: int) -> list[int]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from tptune.errors import ConfigError
+from tptune.model.memory import GIB, gpu_memory_bytes, workload_problems
 from tptune.model.memory import config_problems as memory_problems
 from tptune.settings import backend_defaults
 from tptune.settings.blocks import (Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
@@ -50,6 +51,7 @@ class Host:
     gpu_ids: tuple[str, ...] = ()
     te_available: bool = False
     capability: tuple[int, int] | None = None
+    gpu_memory: int | None = None           # bytes of the first GPU (NVML), None where unknown
 
 
 @dataclass(frozen=True)
@@ -209,6 +211,8 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
             problems.extend(fp8_startup_problems(mc.workload, backend, config.get("hardware")))
         elif line := fp8_backend_problem(mc.workload, backend):
             problems.append(line)
+    if mc is not None and not problems:
+        problems.extend(_workload_problems(config, mc, host, backend))
     if problems:
         raise ConfigError(source, problems)
     device = "cuda" if host.gpu_ids or backend == "te" else "cpu"   # te without a GPU: preflight refuses it
@@ -220,6 +224,25 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
         raise ConfigError(source, [f"field 'run' = {run!r}: expected a folder name inside outputs/, not "
                                    "starting with '.'"])
     return Settings(config=config, model=mc, backend=backend, device=device, run=run, ops_note=ops_note)
+
+
+def _workload_problems(config: dict, mc: ModelConfig, host: Host, backend: str) -> list[str]:
+    """A workload no TP of the run can measure on this device (model.memory.workload_problems), judged with
+    the memory the run's memory section uses: hardware.gpu_memory_gb, else the GPU's (NVML), else on CPU a
+    rank's share of the host's memory; not judged where it is unknown or parallel.memory_check is off."""
+    par = config.get("parallel") or {}
+    if par.get("memory_check", True) is False:
+        return []
+    node = config.get("gpus_per_node", 8)
+    gb = (config.get("hardware") or {}).get("gpu_memory_gb")
+    if gb:
+        mem, where = int(gb * GIB), "hardware.gpu_memory_gb"
+    elif host.gpu_ids or backend == "te":
+        mem, where = host.gpu_memory, "the GPU's memory"
+    else:
+        mem, where = gpu_memory_bytes(None, "cpu", ranks_per_host=node), \
+            f"a rank's share of the host's memory, gpus_per_node={node} ranks"
+    return workload_problems(mc, sorted(config["tp_sizes"]), mem, par.get("memory_fraction", 0.9), where)
 
 
 def cross_field_problems(config: dict) -> list[str]:
