@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from tptune.cases import parse_variant
 from tptune.errors import ConfigError
 from tptune.model.memory import GIB, gpu_memory_bytes, workload_problems
 from tptune.model.memory import config_problems as memory_problems
@@ -203,6 +204,7 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
     # a copy, as for ops: config.json records "auto", and every step resolves it on its node again
     config = backend_defaults.resolve(config, backend, fp8=mc is not None and mc.workload.is_fp8)
     problems.extend(_knob_search_problems(config, backend))
+    problems.extend(named_case_problems(config, backend))
     problems.extend(cross_field_problems(config))
     if mc is not None and mc.workload.is_fp8:
         # FP8: the torch backend refuses it in one line unless workload.fp8_emulation: bf16; the recipe
@@ -285,6 +287,54 @@ def cross_field_problems(config: dict) -> list[str]:
             out.append(f"field 'faults.{case_id}' = {spec!r}: expected \"raise:<rank>\", \"hang:<rank>\", "
                        f"\"exit:<rank>\" or \"corrupt_dgrad:<rank>\" (torch backend: a planted gradient corruption)")
     return list(dict.fromkeys(out))
+
+
+def named_case_problems(config: dict, backend: str) -> list[str]:
+    """Fields that name a case, a rank or an op, against what this run measures (cross_field_problems has
+    checked each faults key's op and TP): a faults entry whose variant this backend never measures (a
+    chunk count outside search.chunks, userbuffers on torch, the chunked method on te, a preset that does
+    not exist) or whose rank the case's TP group does not have, and an op_settings key for an op the run
+    does not tune: each would be accepted and silently never apply."""
+    out = []
+    own_all = config.get("op_settings") or {}
+    ops = config["ops"] if isinstance(config["ops"], list) else list(OPS)
+    for op in own_all:
+        if op in OPS and op not in ops:
+            out.append(f"field 'op_settings.{op}': {op} is not among the ops this run tunes ({', '.join(ops)}): "
+                       "its settings would never apply")
+    chunks = {c for blk in [config.get("search") or {}] + [(o or {}).get("search") or {} for o in own_all.values()
+                                                            if isinstance(o, dict)]
+              for c in (blk.get("chunks") or [])}
+    presets = {BUILTIN_PRESET} | {p.stem for p in PRESETS_DIR.glob("*.yaml")}
+    for case_id, spec in (config.get("faults") or {}).items():
+        m = re.fullmatch(r"([a-z0-9]+)-tp(\d+)-(.+)", str(case_id))
+        if not m:
+            continue
+        field_name, tp = f"field 'faults.{case_id}'", int(m[2])
+        try:
+            v = parse_variant(m[3])
+        except ValueError as exc:
+            out.append(f"{field_name}: {exc}")
+            continue
+        if backend == "torch" and v.kind == "ub":
+            out.append(f"{field_name}: the torch backend measures no userbuffers setting (its variants: none, "
+                       f"nocomm, chunked.n<N> with N in search.chunks {sorted(chunks)})")
+        elif backend == "te" and v.kind == "chunked":
+            out.append(f"{field_name}: the te backend measures no chunked setting (its variants: none, nocomm, "
+                       "ub.<preset>[+...])")
+        elif v.kind == "chunked" and v.chunks not in chunks:
+            out.append(f"{field_name}: this run measures no chunk count {v.chunks} (search.chunks: {sorted(chunks)})")
+        elif v.kind == "ub" and v.preset not in presets and not OWN_PRESET.fullmatch(v.preset):
+            out.append(f"{field_name}: no preset {v.preset!r} (valid: {', '.join(sorted(presets))}, or the run's "
+                       "own tuned_tp<N>, fastest_tp<N>, tuned_other_dgrad_tp<N>)")
+        rank = re.fullmatch(r"[a-z_]+:(\d+)", str(spec))
+        if rank and int(rank[1]) >= tp:
+            out.append(f"{field_name} = {spec!r}: rank {rank[1]} is not in a TP={tp} group (ranks 0 to {tp - 1})")
+    return out
+
+
+# the presets a run writes for its layer stage (decide.layer)
+OWN_PRESET = re.compile(r"(tuned|fastest|tuned_other_dgrad)_tp\d+")
 
 
 def preset_problems(names: list[str]) -> list[str]:
