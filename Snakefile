@@ -10,8 +10,9 @@ configfile: "config/config.yaml"
 
 
 # Snakemake's default prefix, and fd 3 on Snakemake's own stderr: a job whose log cannot be written (a full
-# disk) still says why on the console (tptune.cli.main._say).
-shell.prefix("set -euo pipefail; exec 3>&2; ")
+# disk) still says why on the console (tptune.cli.main._say), and a measuring job says the run's progress
+# there (tptune.cli.progress) while its own output goes to its log.
+shell.prefix("set -euo pipefail; exec 3>&2; export TPTUNE_CONSOLE_FD=3; ")
 
 
 # Bookkeeping runs where snakemake runs (under Slurm: the submitting host), never as a cluster job;

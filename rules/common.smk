@@ -9,8 +9,8 @@ from snakemake.exceptions import WorkflowError
 from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError, TptuneError
 from tptune.measure.preflight import resolve_here
-from tptune.records import run_lock
-from tptune.records.run_dir import SESSION_JSON, RunDir
+from tptune.records import progress, run_lock
+from tptune.records.run_dir import SESSION_JSON, RunDir, layer_session_name, point_session_name, step_session_name
 from tptune.search import measurement as wm
 from tptune.search import steps as wf
 
@@ -244,3 +244,32 @@ def layer_files(wc):
 
 def layer_inputs(wc):
     return [str(R.tp_point(op, wc.tp)) for op in S.ops]
+
+
+def scheduled_sessions():
+    """The sessions this invocation measures for certain as its DAG stands at the start, for the progress
+    line: its measuring jobs with no checkpoint job to run above them (a job below one may drop out once
+    the checkpoint has run, and the jobs a checkpoint adds are read from the records, search.ahead).
+    None where Snakemake's DAG cannot be read."""
+    names = {"measure_step": lambda w: step_session_name(w.op, w.tp, w.dim, w.step),
+             "measure_point": lambda w: point_session_name(w.op, w.tp),
+             "layer": lambda w: layer_session_name(w.tp)}
+    try:
+        dag = workflow.dag
+        todo = set(dag.needrun_jobs())
+
+        def below_a_checkpoint(job):
+            seen, stack = set(), list(dag.dependencies[job])
+            while stack:
+                dep = stack.pop()
+                if dep not in seen:
+                    seen.add(dep)
+                    if dep.is_checkpoint and dep in todo:
+                        return True
+                    stack.extend(dag.dependencies[dep])
+            return False
+
+        return [names[job.rule.name](job.wildcards) for job in todo
+                if job.rule.name in names and not below_a_checkpoint(job)]
+    except Exception:   # Snakemake's DAG is not an API: without it the line counts from the records alone
+        return None

@@ -11,6 +11,7 @@ onstart:
         run_lock.start_run(R, RESOLVED_CONFIG)
     except TptuneError as exc:
         raise WorkflowError(str(exc)) from None
+    progress.record_start(R, sessions=scheduled_sessions())   # the progress line counts from here
 
 
 rule collect:

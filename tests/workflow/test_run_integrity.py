@@ -112,10 +112,19 @@ def test_recovery_command_re_measures_the_failed_sessions(run):
     assert not set(planned(dry.stdout)) & set(MEASURING), planned(dry.stdout)
     before = {rel: started(w, rel) for rel in ("qkv/tp2/chunks/step0", "qkv/tp2/point", "fc2/tp2/chunks/step0",
                                                "layer/tp2")}
+    t0 = time.time()
     p = subprocess.run(["bash", "-c", f"snakemake --cores 2 --configfile run.yaml -R $(tptune failed {RUN})"],
                        cwd=w, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    # the progress lines count this invocation's sessions from its own start, not the first run's
+    import re
+    lines = re.findall(r"^tptune: session (\d+)/(\d+) done \((.+?), [\d.]+ s\) · (?:(\d+) min )?([\d.]+) s elapsed",
+                       p.stderr, re.M)
+    assert [int(done) for done, *_ in lines] == list(range(1, len(lines) + 1))
+    assert {name for _, _, name, _, _ in lines} >= {"fc2 tp2 chunks step0", "layer tp2"}
+    assert 0 < 60 * int(lines[-1][3] or 0) + float(lines[-1][4]) < time.time() - t0
+    assert "the report follows" not in p.stderr     # a rerun does not claim to know all it re-measures
     after = {rel: started(w, rel) for rel in before}
     assert after["qkv/tp2/chunks/step0"] == before["qkv/tp2/chunks/step0"]
     assert after["qkv/tp2/point"] == before["qkv/tp2/point"]

@@ -178,7 +178,9 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
     """Measure ``cases`` side by side in one session (launch.Launcher.session), exactly as the measurement
     settings ``m`` say (search.measurement), which session.json records. The drift canary opens the
     sessions that carry evidence (TP points, the layer stage): one per op and TP is enough to see the
-    machine drift over a run, and a bisection step's two points are compared within their session."""
+    machine drift over a run, and a bisection step's two points are compared within their session. Ends with
+    the run's progress line on the console (cli.progress)."""
+    from tptune.cli.progress import session_finished
     from tptune.measure.launch import Launcher
     from tptune.measure.session_spec import SessionSpec
     from tptune.search.measurement import launcher_op_settings
@@ -197,6 +199,7 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
     bad = rec["failed"]
     print(f"{sdir}: {len(cases)} settings x {rec['rounds']} rounds, {rec['stop']}"
           + (f"; failed: {', '.join(bad)}" if bad else ""))
+    session_finished(s, run, spec.session_id, rec)
     return rec
 
 
