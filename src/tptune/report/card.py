@@ -163,6 +163,7 @@ def _block(meta: dict, margin: float) -> dict | None:
     return {"tp": rec.tp, "winner": rec.winner, "tuned": rec.tuned, "reason": rec.reason,
             "numerics_failed": rec.numerics_failed, "references": refs, "best_preset": best, "own": own,
             "presets": presets, "rounds": rec.rounds, "host_failed": unproven, "host_batches": batches,
+            "numerics_failed_settings": [r["case"] for r in rec.settings if r.get("correct") is False],
             "file_rows": file_rows}
 
 
@@ -172,11 +173,20 @@ def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) ->
     lines = []
     tied = {op: rec.get("ties") or [] for op, rec in decisions["ops"].items()}
     n_ties = sum(len(t) for t in tied.values())
-    lines.append(f"Ties: {n_ties} setting(s) within the noise of the pick "
-                 f"({', '.join(f'{op} {len(t)}' for op, t in tied.items() if t) or 'none'}); "
-                 "a tie goes to the cheaper setting, and another run may pick any of them."
-                 if n_ties else "Ties: none; every op's pick beats its other settings beyond the margin.")
     fin = {op: len(rec.get("finalists") or []) for op, rec in decisions["ops"].items() if rec.get("finalists")}
+    # a member of an op's TP point that failed was compared with nothing: the pick did not beat it
+    uncompared = [f["case"] for op, rec in decisions["ops"].items() for f in failures
+                  if f["session"] == point_session_name(op, evidence_tp(rec))]
+    not_compared = (f" Not compared with {', '.join(f'`{c}`' for c in uncompared)}, which failed (listed under "
+                    "Failures)." if uncompared else "")
+    if n_ties:
+        lines.append(f"Ties: {n_ties} setting(s) within the noise of the pick "
+                     f"({', '.join(f'{op} {len(t)}' for op, t in tied.items() if t)}); "
+                     "a tie goes to the cheaper setting, and another run may pick any of them." + not_compared)
+    elif uncompared or fin:
+        lines.append("Ties: none among the settings compared." + not_compared)
+    else:
+        lines.append("Ties: none; every op's pick beats its other settings beyond the margin.")
     if fin:
         lines.append("Finalists (faster than the pick beyond the noise, within the margin; the block decided): "
                      + ", ".join(f"{op} {n}" for op, n in fin.items()) + ".")
@@ -203,8 +213,11 @@ def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) ->
                    "host cannot run ahead of this block, and a training step is paced by its host the same way.")
         lines.append(f"Block host evidence: {block['host_failed']} of {block['host_batches']} block batches failed the "
                      f"host-ahead check; the block figures include host launch time.{why}")
-    lines.append(f"Failures: {len(failures)} failed member(s), listed under Failures."
-                 if failures else "Failures: none.")
+    wrong = (block or {}).get("numerics_failed_settings") or []
+    parts = ([f"{len(failures)} failed member(s), listed under Failures"] if failures else []) + \
+        ([f"{len(wrong)} block setting(s) failed the numerics check ({', '.join(f'`{c}`' for c in wrong)}; see the "
+          "block's numerics column)"] if wrong else [])
+    lines.append(f"Failures: {'; '.join(parts)}." if parts else "Failures: none.")
     return lines
 
 
