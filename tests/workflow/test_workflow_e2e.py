@@ -46,7 +46,7 @@ def finished(tmp_path_factory):
     pool.mkdir()
     write_cfg(workdir, pool)
     dry = smk(workdir, "-n")
-    smk(workdir)
+    (workdir / "console.txt").write_text(smk(workdir).stderr)     # what the person who ran it saw
     return workdir, pool, dry.stdout + dry.stderr
 
 
@@ -54,6 +54,25 @@ def test_dry_run_lists_measuring_jobs(finished):
     _, _, dry = finished
     assert ("qkv", "2", "chunks/step0") in planned_sessions(dry)
     assert "search_step" in dry and "checkpoint" in dry
+
+
+def test_the_console_shows_each_finished_session_and_the_report_the_wall_time(finished):
+    """One progress line per session the run measured, on Snakemake's console though each job's output
+    goes to its log, counting up to the planned sessions with a time left; the report's wall-time line."""
+    workdir, _, _ = finished
+    run = workdir / RUN
+    lines = re.findall(r"^tptune: session (\d+)/(\d+) done \(([a-z0-9_. ]+), [\d.]+ s\) · (\d+[^·]*) elapsed "
+                       r"· (.+)$", (workdir / "console.txt").read_text(), re.M)
+    sessions = sorted(str(p.parent.relative_to(run / "sessions")) for p in (run / "sessions").rglob("session.json"))
+    assert sorted(name.replace(" ", "/") for _, _, name, _, _ in lines) == sessions
+    assert [int(done) for done, *_ in lines] == list(range(1, len(sessions) + 1))
+    assert int(lines[-1][1]) == len(sessions) and lines[-1][4] == "no session left: the report follows"
+    assert any(re.fullmatch(r"about [\d.]+ s left|about \d+ min \d+ s left", left) for *_, left in lines[:-1])
+    events = [json.loads(x) for x in (run / "progress.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start"] + ["session"] * len(sessions)
+    report = (run / "report.md").read_text()
+    assert re.search(r"^\*\*Wall time\*\*: measured \d+ s \(`progress.jsonl`, from the run's start to its last "
+                     r"session's end; the jobs after that not counted\); predicted", report, re.M)
 
 
 def test_report_and_configs(finished):

@@ -1,0 +1,44 @@
+"""The report's wall-time line: the run's measured wall time beside its prediction (records.progress reads
+the files). Measured: wall_s.txt where whoever ran snakemake timed it (scripts/device_workflow.sh), else
+the progress record's span, each invocation from its start to its last session's end (the jobs after the
+last session, the report among them, are outside it). Predicted: wall_predicted.json (before measuring,
+on this node) and, where present, wall_s.8gpu-predicted.txt. A missing file is named, never an error."""
+from __future__ import annotations
+
+from tptune.records import progress
+from tptune.records.run_dir import RunDir
+
+
+def _s(x: float) -> str:
+    return f"{x:.0f} s"
+
+
+def measured(run: RunDir) -> tuple[float | None, str]:
+    """(seconds, where they come from), or (None, what is missing)."""
+    wall = progress.measured_wall_s(run)
+    if wall is not None:
+        return wall, "`wall_s.txt`"
+    spans = [(inv.last_finished - inv.earliest) for inv in progress.invocations(progress.read_events(run.progress_jsonl))
+             if inv.earliest is not None and inv.last_finished is not None]
+    if not spans:
+        return None, "not recorded (no `wall_s.txt`, no session in `progress.jsonl`)"
+    how = ("from the run's start to its last session's end" if len(spans) == 1 else
+           f"over {len(spans)} snakemake invocations, each from its start to its last session's end")
+    return sum(spans), f"`progress.jsonl`, {how}; the jobs after that not counted"
+
+
+def wall_time_line(run: RunDir) -> str:
+    wall, source = measured(run)
+    parts = [f"measured {_s(wall)} ({source})" if wall is not None else f"measured: {source}"]
+    pred = progress.prediction(run)
+    if pred is None:
+        parts.append("predicted: no `wall_predicted.json`")
+    else:
+        on = f" on {pred.gpus} GPUs" if pred.gpus else ""
+        ratio = f", measured / predicted {wall / pred.wall_s:.2f}" if wall is not None else ""
+        basis = f": {pred.basis[:200]}" if pred.basis else ""
+        parts.append(f"predicted {_s(pred.wall_s)}{on}{ratio} (`wall_predicted.json`{basis})")
+    node8 = progress.predicted_8gpu_wall_s(run)
+    if node8 is not None:
+        parts.append(f"an 8-GPU node predicted {_s(node8)} (`wall_s.8gpu-predicted.txt`)")
+    return "**Wall time**: " + "; ".join(parts) + "."

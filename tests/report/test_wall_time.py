@@ -1,0 +1,50 @@
+"""The report's wall-time line (report.wall_time) from a run folder's real files, each present or not."""
+import json
+import shutil
+
+from tptune.records import progress
+from tptune.records.run_dir import RunDir
+from tptune.report.wall_time import wall_time_line
+
+from conftest import ROOT
+
+T0 = 1_700_000_000.0
+
+
+def test_nothing_recorded_says_what_is_missing(tmp_path):
+    assert wall_time_line(RunDir(tmp_path)) == ("**Wall time**: measured: not recorded (no `wall_s.txt`, no session "
+                                                "in `progress.jsonl`); predicted: no `wall_predicted.json`.")
+
+
+def test_a_committed_run_gives_its_timed_wall_seconds(tmp_path):
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(ROOT / "results" / "knobs-mixtral-8x7b-h200x2", run.root,
+                    ignore=shutil.ignore_patterns("sessions", "analysis", "*.parquet", "*.png"))
+    assert run.wall_s_txt.read_text().strip() == "120"
+    assert wall_time_line(run) == "**Wall time**: measured 120 s (`wall_s.txt`); predicted: no `wall_predicted.json`."
+    run.wall_predicted_json.write_text(json.dumps({"gpus": 2, "sessions_planned": 13, "predicted_wall_s": 150.4,
+                                                   "basis": "the sessions of knobs-mixtral-8x7b-h200x2",
+                                                   "per_tp": {"2": {"sessions": 13}}}))
+    run.wall_8gpu_predicted_txt.write_text("96\n")
+    assert wall_time_line(run) == (
+        "**Wall time**: measured 120 s (`wall_s.txt`); predicted 150 s on 2 GPUs, measured / predicted 0.80 "
+        "(`wall_predicted.json`: the sessions of knobs-mixtral-8x7b-h200x2); an 8-GPU node predicted 96 s "
+        "(`wall_s.8gpu-predicted.txt`).")
+
+
+def test_a_plain_snakemake_run_is_timed_by_its_progress_record(tmp_path):
+    run = RunDir(tmp_path)
+    progress.record_start(run, now=T0)
+    progress.record_session(run, "qkv/tp2/point", {"tp": 2, "started": T0 + 3, "wall_s": 5.0}, now=T0 + 8)
+    progress.record_session(run, "layer/tp2", {"tp": 2, "started": T0 + 9, "wall_s": 20.0}, now=T0 + 29.4)
+    assert wall_time_line(run) == (
+        "**Wall time**: measured 29 s (`progress.jsonl`, from the run's start to its last session's end; the jobs "
+        "after that not counted); predicted: no `wall_predicted.json`.")
+    progress.record_start(run, now=T0 + 100)        # a second invocation re-measured one session
+    progress.record_session(run, "layer/tp2", {"tp": 2, "started": T0 + 102, "wall_s": 10.0}, now=T0 + 112)
+    run.wall_predicted_json.write_text("[]")        # not a prediction
+    assert wall_time_line(run).startswith(
+        "**Wall time**: measured 41 s (`progress.jsonl`, over 2 snakemake invocations, each from its start to its "
+        "last session's end; the jobs after that not counted); predicted: no `wall_predicted.json`")
+    run.wall_s_txt.write_text("130\n")
+    assert wall_time_line(run).startswith("**Wall time**: measured 130 s (`wall_s.txt`)")
