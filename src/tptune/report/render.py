@@ -19,7 +19,7 @@ from tptune.model.plan import plan_summary
 from tptune.records import load
 from tptune.records.files import write_text_atomic
 from tptune.records.layer_result import decided_layers
-from tptune.records.run_dir import RunDir, layer_session_name
+from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
 from tptune.records.run_status import run_failures
 from tptune.records.sessions import Session, load_sessions, named
 from tptune.settings.resolve import Settings
@@ -197,6 +197,7 @@ def _limits(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     kernels and host gaps; negative where communication ran under other kernels); the larger of the first two
     names what limits the op."""
     rows = []
+    margin = decisions["meta"].get("noise_floor") or 0.0
     cols = ("fwd_wall_ms", "bwd_wall_ms", "fwd_gemm_ms", "bwd_gemm_ms", "fwd_exposed_comm_ms", "bwd_exposed_comm_ms")
     if not set(cols) <= set(meas.columns):
         return rows
@@ -218,8 +219,20 @@ def _limits(meas: pl.DataFrame, decisions: dict) -> list[dict]:
         rows.append({"op": op, "tp": tp, "setting": chosen["variant"], "timed_ms": chosen["median_ms"],
                      "none_ms": (rows_.get("none") or {}).get("median_ms"), "bound_ms": bound["median_ms"],
                      "gap_ms": wall, "exposed_ms": exposed, "gemm_ms": gemm, "rest_ms": wall - exposed - gemm,
-                     "limit": max(parts, key=parts.get) if wall > 0 else "at the bound"})
+                     "limit": _limit(chosen["median_ms"], bound["median_ms"], wall, parts, margin)})
     return rows
+
+
+def _limit(timed_ms: float, bound_ms: float, wall_ms: float, parts: dict[str, float], margin: float) -> str:
+    """What limits a setting, in words its figures support: the larger part of the traces' gap over the
+    bound; where the profiled steps show no gap, "at the bound" only if its timed median is within the
+    margin of the bound's too, else the traces and the timed rounds disagree and neither names a cause."""
+    if wall_ms > 0:
+        return max(parts, key=parts.get)
+    over = timed_ms / bound_ms if bound_ms else None
+    if over is None or over <= 1 + margin:
+        return "at the bound"
+    return f"not told: the profiled steps read at or below the bound, the timed rounds {over:.2f}× it"
 
 
 def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
@@ -308,6 +321,9 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         row["timeline"] = _timeline(run, row["case"]) if row["case"] else None
     status = run_failures(recorded)   # every failed member, every retried attempt, every stage none of whose members ran
     failures = status["members"]
+    for row in ops:     # the members of its TP point that failed: the pick was not compared with them
+        row["uncompared"] = [f["case"] for f in failures
+                             if f["session"] == point_session_name(row["op"], row["evidence_tp"])]
     runs = meas.filter(pl.col("wall_s").is_not_null())
     gpu_s = float((runs["wall_s"] * runs["tp"]).sum()) if runs.height else 0.0
     started = int(runs["server_started"].fill_null(False).sum()) if runs.height else 0
