@@ -3,7 +3,6 @@ sessions with this checkout's decision code: no GPU, nothing measured. A search 
 would have measured something the run did not is reported, not guessed."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from tptune.cli.stages import analyze_session, answer, collect
@@ -90,7 +89,7 @@ def rederive(s, run: RunDir) -> list[str]:
             dec = tp_step(s, op, tp, dict(points), mem)
             write_record(run.tp_decision(op, tp), dec)
             final = run.tp_decision(op, tp)
-        shutil.copy(final, run.op_final(op))
+        write_record(run.op_final(op), load.read_json(final))     # as the op_final rule copies it
         finals.append(run.op_final(op))
     for sj in sessions:
         _analysed(run, sj)
