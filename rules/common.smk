@@ -13,6 +13,7 @@ from tptune.records import progress, run_lock
 from tptune.records.run_dir import SESSION_JSON, RunDir, layer_session_name, point_session_name, step_session_name
 from tptune.search import measurement as wm
 from tptune.search import steps as wf
+from tptune.settings import backend_defaults
 
 try:
     # A dry run only plans, and a submit host (TPTUNE_SUBMIT_ONLY=1, e.g. a Slurm login node) only
@@ -39,7 +40,9 @@ def calibration_input(wc=None):
 
 # The resolved run config is written by the run_config job (rules/report.smk), never here: parsing
 # happens before Snakemake takes its lock and in every dry run, and neither may change a run's files.
-RESOLVED_CONFIG = json.dumps({**config, "_base_dir": os.getcwd(), "_source": "run config"}, indent=1, sort_keys=True)
+# The backend and the backend-dependent defaults are recorded resolved (settings.backend_defaults.recorded).
+RESOLVED_CONFIG = json.dumps({**backend_defaults.recorded(config, S.backend, S.model.workload.is_fp8),
+                              "_base_dir": os.getcwd(), "_source": "run config"}, indent=1, sort_keys=True)
 
 
 wildcard_constraints:

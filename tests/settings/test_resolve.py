@@ -42,7 +42,7 @@ def test_te_backend_without_gpu_is_refused(pool_dir):
 
 
 def test_schema_types(pool_dir):
-    with pytest.raises(ConfigError, match=r"field 'timing.iters': 'ten' is not of type 'integer'"):
+    with pytest.raises(ConfigError, match=r"field 'timing.iters': matches none of its forms \('ten' is not of type 'integer'; 'ten' is not one of \['auto'\]\)"):
         resolve_here(base_config(pool_dir, timing={"iters": "ten"}))
     with pytest.raises(ConfigError, match=r"field 'search.bogus': unknown key"):
         resolve_here(base_config(pool_dir, search={"bogus": 1}))
@@ -59,3 +59,42 @@ def test_gpu_overlay_merges_over_the_x2_config():
     t = s.timing
     assert (t.window_ms, t.preroll_ms, t.max_rounds, t.futility) == (500, 150, 6, True)
     assert s.layer.enabled is False
+
+
+def test_backend_dependent_defaults(pool_dir):
+    """config/config.yaml's auto fields: te gets the proven knob search and budget, torch the CPU default's
+    values; a value the run config gives is kept; op_settings resolve the same way; config.json records the
+    resolved values and backend (settings.backend_defaults.recorded), so a record replays as measured."""
+    from conftest import ROOT
+    from tptune.settings import backend_defaults
+    from tptune.settings.resolve import load_config_files
+
+    defaults = load_config_files(ROOT / "config" / "config.yaml")
+    assert backend_defaults.auto_fields(defaults) == ["search.mode", "timing.warmup", "timing.iters",
+                                                      "timing.min_rounds", "decision.explore_all_tps",
+                                                      "launcher.idle_timeout_s", "search.te_presets"]
+    cpu = resolve_here(dict(defaults, launcher={**defaults["launcher"], "pool_dir": str(pool_dir)}))
+    assert cpu.backend == "torch" and cpu.search.mode == "bisect" and cpu.search.te_presets == ["nemo_tp4"]
+    assert (cpu.timing.warmup, cpu.timing.iters, cpu.timing.min_rounds, cpu.timing.max_rounds) == (2, 5, 3, 4)
+    assert cpu.decision.explore_all_tps is False and cpu.launcher.idle_timeout_s == 30
+
+    te_cfg = dict(defaults, backend="te", hardware={"gpu_memory_gb": 79.1},
+                  model=str(ROOT / "config" / "models" / "llama3-70b.yaml"), tp_sizes=[2, 4],
+                  op_settings={"fc2": {"timing": {"min_rounds": "auto", "max_rounds": 6}}})
+    te = resolve_here(te_cfg, check_hardware=False)
+    assert te.search.mode == "knobs" and te.search.te_presets == ["nemo_tp4", "nvidia_bf16_tp2"]
+    assert (te.timing.warmup, te.timing.iters, te.timing.min_rounds, te.timing.max_rounds) == (3, 10, 2, 4)
+    assert te.decision.explore_all_tps is True and te.launcher.idle_timeout_s == 300
+    assert (te.op("fc2").timing.min_rounds, te.op("fc2").timing.max_rounds) == (2, 6)
+    own = resolve_here(dict(te_cfg, search={**defaults["search"], "mode": "bisect"},
+                            timing={**defaults["timing"], "min_rounds": 3}), check_hardware=False)
+    assert own.search.mode == "bisect" and own.timing.min_rounds == 3 and own.timing.iters == 10
+    fp8 = resolve_here(dict(te_cfg, workload={"dtype": "fp8", "recipe": "delayed"}, hardware={"gpu": "H100",
+                                                                                              "gpu_memory_gb": 79.1}),
+                       check_hardware=False)
+    assert fp8.search.te_presets == ["nvidia_fp8_tp4", "nvidia_fp8_tp2"]
+
+    rec = backend_defaults.recorded(te_cfg, "te")
+    assert rec["backend"] == "te" and backend_defaults.auto_fields(rec) == []
+    assert resolve_here(rec, check_hardware=False).search.as_dict() == te.search.as_dict()
+    assert backend_defaults.recorded(defaults, "torch")["backend"] == "torch"

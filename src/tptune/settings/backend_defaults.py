@@ -55,3 +55,13 @@ def resolve(config: dict, backend: str, fp8: bool = False) -> dict:
         if (cfg.get("search") or {}).get("te_presets") == AUTO:
             cfg["search"]["te_presets"] = _presets(backend, fp8)
     return out
+
+
+def recorded(config: dict, backend: str, fp8: bool = False) -> dict:
+    """What a run's config.json records of ``config``: the backend it resolved to (where it was ``auto``) and
+    every backend-dependent ``auto`` resolved, so the record replays as measured on any machine (tptune
+    rederive on a CPU-only host resolves ``backend: auto`` to torch) and under later defaults."""
+    out = resolve(config, backend, fp8)
+    if out.get("backend", "auto") == AUTO:
+        out["backend"] = backend
+    return out
