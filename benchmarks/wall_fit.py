@@ -22,6 +22,16 @@ from tptune.schedule.plan_estimate import estimate  # noqa: E402
 from tptune.schedule.replay import predict  # noqa: E402
 from tptune.settings.resolve import load_run_config  # noqa: E402
 from tptune.schedule.wall_fit import TABLE, fit, fitted_runs  # noqa: E402
+from tptune.settings.backend_defaults import BY_BACKEND  # noqa: E402
+
+
+DEFAULT_ROUNDS = (BY_BACKEND[("timing", "min_rounds")]["te"], 4)
+
+
+def is_default_budget(s) -> bool:
+    """A te run measured with the defaults' search and round budget (settings.backend_defaults)."""
+    return (s.backend == "te" and s.search.mode == BY_BACKEND[("search", "mode")]["te"]
+            and (s.timing.min_rounds, s.timing.max_rounds) == DEFAULT_ROUNDS)
 
 
 def main(argv=None) -> int:
@@ -39,16 +49,26 @@ def main(argv=None) -> int:
         print(f"{kind:6s} s per member-round: " + ", ".join(f"TP {t} {v:.3f}" for t, v in per_tp.items())
               + f"; rounds used {table['rounds_share'].get(kind, 0):.0%} of the budget")
     print(f"  {'run':48s} {'wall s':>6} {'replayed':>9} {'':>7} {'before':>7} {'':>6}")
-    errors = []
+    errors, default_errors = [], []
     for run, _, wall in fitted_runs(a.results)[0]:
         p = predict(run, table=table)
         cfg, source, _ = load_run_config([run.config_json])
-        e = estimate(resolve_here(cfg, source=source, base_dir=ROOT, check_hardware=False), table=table)
+        s = resolve_here(cfg, source=source, base_dir=ROOT, check_hardware=False)
+        e = estimate(s, table=table)
         errors.append(abs(e.predicted_wall_s / wall - 1))
+        if is_default_budget(s):
+            default_errors.append(errors[-1])
         print(f"  {run.root.relative_to(a.results).as_posix():48s} {wall:6.0f} {p.predicted_wall_s:9.1f} "
               f"{p.predicted_wall_s / wall - 1:+7.1%} {e.predicted_wall_s:7.0f} {e.predicted_wall_s / wall - 1:+6.0%}")
     errors.sort()
+    default_errors.sort()
     print(f"  before measuring: median error {errors[len(errors) // 2]:.0%}, largest {errors[-1]:.0%}")
+    # the older runs' budgets (up to 6 rounds, every knob group, bisection) plan more steps where nothing moves
+    # than their searches took; the te defaults' budget is what a new run gets
+    if default_errors:
+        print(f"  before measuring, the runs with the te defaults' search and budget (knob search, "
+              f"{DEFAULT_ROUNDS[0]}-{DEFAULT_ROUNDS[1]} rounds; {len(default_errors)} runs): median error "
+              f"{default_errors[len(default_errors) // 2]:.0%}, largest {default_errors[-1]:.0%}")
     if a.write:
         out = ROOT / "src" / "tptune" / "data" / TABLE
         out.write_text(json.dumps(table, indent=1) + "\n")

@@ -32,8 +32,10 @@ def test_the_benchmark_prints_the_fit_and_each_runs_predictions():
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert "s per member-round" in p.stdout and "tp24-llama3-70b-h200x4/rep1" in p.stdout
-    median = next(line for line in p.stdout.splitlines() if "before measuring: median error" in line)
-    assert int(median.split("median error ")[1].split("%")[0]) <= 33, median
+    assert "before measuring: median error" in p.stdout
+    # what a new run gets (the te defaults' search and budget) is predicted within a quarter (median)
+    line = next(x for x in p.stdout.splitlines() if "with the te defaults' search and budget" in x)
+    assert int(line.split("median error ")[1].split("%")[0]) <= 25, line
     assert len(fitted_runs(RESULTS)[0]) >= 15
 
 
