@@ -12,6 +12,10 @@ onstart:
     except TptuneError as exc:
         raise WorkflowError(str(exc)) from None
     progress.record_start(R, sessions=scheduled_sessions())   # the progress line counts from here
+    if not R.wall_predicted_json.exists():    # a fresh run: the time-left estimate has the prediction from its first line
+        from tptune.cli.wall import write_plan_estimate
+
+        write_plan_estimate(S, R)
 
 
 rule collect:
