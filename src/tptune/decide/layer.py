@@ -25,6 +25,7 @@ from tptune.decide.tp_point import slim, ub_cfgs_at
 from tptune.model.ops import COLUMN_OPS
 from tptune.records.point_fields import point_median
 from tptune.records.sessions import Session
+from tptune.stats.bound import burned_in, is_bound
 from tptune.stats.host_evidence import summary as host_summary
 from tptune.stats.noise import compare_points
 from tptune.stats.numerics import describe_failure
@@ -174,7 +175,8 @@ def recipe_environment(case_id: str) -> dict[str, str]:
 def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
     """The block-level comparison of one TP from its recorded block ``session``."""
     sess, runs = session.record, session.points
-    pts = {c: slim(p) for c, p in runs.items()}
+    # the block's bound without its burn-in round, as every figure the bound enters (stats.bound)
+    pts = {c: burned_in(slim(p)) if is_bound(c) else slim(p) for c, p in runs.items()}
     floor = s.decision.noise_floor
     tuned = pts[tuned_id]
     rows = []

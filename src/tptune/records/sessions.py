@@ -6,8 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from tptune.records.preset_identity import file_identity
 from tptune.records.run_dir import SESSION_JSON, RunDir
 
 
@@ -91,10 +90,11 @@ class PooledWith:
 
 
 def _same_cfgs(a: Path, b: Path) -> bool | None:
-    """Whether two ub_cfgs YAML files hold the same settings (comments aside); None when one is missing."""
+    """Whether two ub_cfgs YAML files hold the same settings (records.preset_identity: a copy ``tptune
+    verify`` wrote with true/false is the run's file); None when one is missing."""
     if not (a.exists() and b.exists()):
         return None
-    return yaml.safe_load(a.read_text()) == yaml.safe_load(b.read_text())
+    return file_identity(a) == file_identity(b)
 
 
 def load_pooled_with(run: RunDir, tp: int, tuned: str) -> tuple[list[PooledWith], list[dict]] | None:
