@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tptune.cli.stages import analyze_session, answer, collect
-from tptune.decide.layer import layer_record
+from tptune.cases import make_case
+from tptune.decide.layer import layer_record, torch_block_choice
 from tptune.decide.tp import memory_floor, tp_step
 from tptune.decide.tp_point import tp_point, with_verdict
 from tptune.emit.records import write_record
@@ -45,6 +46,18 @@ def _analysed(run: RunDir, session_json: Path) -> None:
     ap = run.session_analysis(session_json.parent)
     if not ap.exists():
         analyze_session(session_json.parent, ap)
+
+
+def _tuned(s, run: RunDir, old: dict, block) -> str:
+    """The block member that stands for the per-op choices: te's is the recorded tuned preset; torch's is
+    read again from the re-derived TP points (decide.layer.torch_block_choice: ``none`` where every op chose
+    no overlap), where the block measured it, since which member that is changes none of the block's cases."""
+    if s.backend != "torch":
+        return old["tuned"]
+    _, variant = torch_block_choice({op: load.tp_point(run, op, old["tp"]) for op in s.ops},
+                                    s.decision.noise_floor)
+    case = make_case("layer", old["tp"], variant).id
+    return case if case in block.points else old["tuned"]
 
 
 def rederive(s, run: RunDir) -> list[str]:
@@ -96,7 +109,8 @@ def rederive(s, run: RunDir) -> list[str]:
     collect(run, sessions, run.measurements_parquet)
     for lf in run.layer_jsons():   # the block measured the recorded tuned preset
         old = load.read_json(lf)
-        rec = layer_record(s, old["tp"], load_session(run.layer_session(old["tp"])), old["tuned"])
+        block = load_session(run.layer_session(old["tp"]))
+        rec = layer_record(s, old["tp"], block, _tuned(s, run, old, block))
         if rec["winner"] != old.get("winner"):
             notes.append(f"layer TP={old['tp']}: block winner {old.get('winner')} -> {rec['winner']}")
         write_record(lf, rec)

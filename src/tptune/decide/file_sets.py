@@ -155,10 +155,13 @@ def torch_sets(s, points_by_op: dict, layer: dict[int, LayerResult], tps: list[i
         if rec is not None and row is None:
             out[str(t)] = _failed(t, rec)
             continue
+        # the block picked another setting than the per-op choices (decide.layer): the map holds it, one
+        # chunk count for every shape, as te's file holds the block-level winner
+        block = parse_case_id(row["case"]).variant if row is not None and rec.winner != rec.tuned else None
         choices = []
         for op, pts in points_by_op.items():
             if t in pts:
-                v = parse_case_id(best_at(pts[t], floor)[0]["case"]).variant
+                v = block or parse_case_id(best_at(pts[t], floor)[0]["case"]).variant
                 n = v.chunks if v.kind == "chunked" else 1
                 choices += [(g, n) for g in op_gemms(op, t, s.model) if g.gemm != "wgrad"]
         notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc) at TP {t}; "
@@ -174,7 +177,8 @@ def torch_sets(s, points_by_op: dict, layer: dict[int, LayerResult], tps: list[i
             v = parse_case_id(row["case"]).variant
             if set(shape_map["customized_cc"].values()) != {v.chunks if v.kind == "chunked" else 1}:
                 status = "unproven"   # the map is not what the block measured
-                why += f"; the block measured {row['variant']} for every op, this map holds the per-op choices"
+                why += (f"; the block measured {row['variant']} for every op, which this map is not (it holds "
+                        "the per-op choices, which differ between ops)")
         written.append(FileSet(t, _copies("torch", t, default_tp), tuple(notes + [f"{status}: {why}"]),
                                shape_map=shape_map))
         out[str(t)] = {"tp": t, "files": names("torch", t), "status": status, "why": why}

@@ -8,7 +8,8 @@ model's real shapes, fwd+bwd, slowest rank, with:
          differs, also the fastest combination (each op's fastest userbuffers setting by estimate,
          ``fastest_tp<N>``): per op, ties go to the cheaper setting, so the tuned combination can leave
          up to the margin per op on the table; the block says whether those estimates add up;
-  torch: no overlap, the bound, and chunked.n<N> with the chunk count most ops chose.
+  torch: no overlap, the bound, and chunked.n<N> with the chunk count most ops chose; the tuned
+         combination is that block, or no overlap where every op chose it (torch_block_choice).
 The block-level winner is the tuned combination unless a reference beats it beyond the margin; then
 the fastest such reference, and the report says so. The fastest combination is where the per-op
 finalists (stats.finalists: faster than the cheaper pick beyond the noise, within the margin) meet the
@@ -21,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tptune.cases import Case, make_case, parse_case_id
-from tptune.decide.tp_point import slim, ub_cfgs_at
+from tptune.decide.tp_point import best_at, slim, ub_cfgs_at
 from tptune.model.ops import COLUMN_OPS
 from tptune.records.point_fields import point_median
 from tptune.records.sessions import Session
@@ -155,12 +156,27 @@ def layer_members(s, tp: int, points_by_op: dict[str, dict]) -> tuple[list[Case]
             variants.append(f"ub.{fastest_preset(tp)}")
         tuned = make_case("layer", tp, f"ub.{tuned_preset(tp)}")
     else:
-        chunks = [parse_case_id(p["best"]["case"]).variant.chunks for p in points_by_op.values()
-                  if p.get("best") and parse_case_id(p["best"]["case"]).variant.kind == "chunked"]
-        n = Counter(chunks).most_common(1)[0][0] if chunks else 2
+        n, tuned_variant = torch_block_choice(points_by_op, s.decision.noise_floor)
         variants = ["none", "nocomm", f"chunked.n{n}"]
-        tuned = make_case("layer", tp, f"chunked.n{n}")
+        tuned = make_case("layer", tp, tuned_variant)
     return [make_case("layer", tp, v) for v in dict.fromkeys(variants)], tuned, block_presets
+
+
+def torch_block_choice(points_by_op: dict[str, dict], floor: float) -> tuple[int, str]:
+    """(the chunk count the torch block measures, the block variant that stands for the per-op choices):
+    the chunk count most ops' fastest settings use (2 where none is chunked); the per-op choices (ties to
+    the cheaper setting, decide.tp_point.best_at) are that block, or ``none`` where every op chose no
+    overlap: the chunk map then holds 1 for every shape, which is the block without overlap, and the
+    chunked block is measured beside it as the overlap to beat. Where the ops chose differently the
+    block cannot measure their map and the chunked block stands in for it (decide.file_sets grades that
+    map unproven)."""
+    fastest = [parse_case_id(p["best"]["case"]).variant for p in points_by_op.values() if p.get("best")]
+    chunks = [v.chunks for v in fastest if v.kind == "chunked"]
+    n = Counter(chunks).most_common(1)[0][0] if chunks else 2
+    picks = [parse_case_id(best_at(p, floor)[0]["case"]).variant for p in points_by_op.values() if p.get("none")]
+    if picks and all(v.kind == "none" for v in picks):
+        return n, "none"
+    return n, f"chunked.n{n}"
 
 
 def recipe_environment(case_id: str) -> dict[str, str]:
@@ -198,10 +214,13 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
             row["tuned_vs"] = _versus(tuned, p, floor, failed)
         rows.append(row)
     kind = parse_case_id(tuned_id).variant.kind
+    # the settings a file of this backend can hold: te's a userbuffers config; torch's chunk map holds any
+    # chunk count per shape, 1 being no overlap
+    kinds = {"none", "chunked"} if kind in ("none", "chunked") else {kind}
     # an emitted config must pass the numerics check on the block: failing settings cannot win; nor can a
     # reference measured with its recipe's environment, which no file of the set carries
     passing = [r for r in rows if r["median_ms"] and r["correct"] is not False
-               and parse_case_id(r["case"]).variant.kind == kind and not r.get("environment")]
+               and parse_case_id(r["case"]).variant.kind in kinds and not r.get("environment")]
     beaten_by = [r for r in passing if r["case"] != tuned_id and r.get("tuned_vs", {}).get("outcome") == 1]
     finalist = [r for r in passing if r["variant"] == f"ub.{fastest_preset(tp)}"
                 and ((r.get("tuned_vs") or {}).get("ratio") or {}).get("lo", 0) > 1.0]
@@ -225,6 +244,9 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
         reason = (f"{winner} beats the tuned combination on the block beyond the noise: the file holds it")
     else:
         winner, reason = tuned_id, _unbeaten(rows, tuned_id)
+        if kind == "none":   # torch: every op chose no overlap (torch_block_choice)
+            reason = ("every op chose no overlap, which on the block is `none`; " + reason.replace(
+                "no reference beats the tuned combination", "no overlapped setting beats it"))
     if winner not in (tuned_id, None) and not numerics_failed and tuned_row["correct"] is not False:
         behind = _host_behind(tuned_row, next(r for r in rows if r["case"] == winner))
         if behind:   # a pick over the tuned file must rest on GPU time; host launch time is not the overlap's

@@ -79,7 +79,8 @@ def measurement_summary(sessions: list[Session], points_by_op: dict, floor: floa
     noisy = worst is not None and worst > floor
     warnings = []
     if noisy:
-        warnings.append(f"machine noise: the drift canary moved {worst:.1%} over the run, more than the "
+        warnings.append(f"machine noise: the drift canary moved {worst:.1%} over the run (max/min − 1 of its "
+                        f"times: its slowest {1 + worst:.2f}× its fastest), more than the "
                         f"{floor:.0%} margin. Decisions inside one session compare rounds side by side and "
                         f"are unaffected; comparisons across sessions (TP sizes) are less certain than their "
                         f"intervals say.")

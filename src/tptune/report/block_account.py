@@ -10,7 +10,9 @@ session's paired rounds where the bound was measured there, else by medians; cap
 the limit over each reference, and the written file's block time still above the bound, split into what
 the ops alone leave above their bounds and what only appears on the block (ops run beside each other
 there). The written file is the block-level winner (decide.layer): the tuned combination unless the block
-picked another, which the account then names, the tuned one among the references.
+picked another, which the account then names, the tuned one among the references; for the torch
+backend, where every op chose no overlap, the block without overlap (it hides nothing, and every
+overlapped setting is a reference).
 Where a setting reads below an estimated bound, the estimate is no bound for this block and the account
 says so instead. An account in ms, not a decision; the decisions' ratios and intervals are elsewhere in
 the report."""
@@ -59,6 +61,8 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
             if None in (none, bound, pick):
                 ops = None
                 break
+            if written == "none":   # the file holds no overlap for every op: the ops' picks are their no overlap
+                pick, p = none, {"fastest": p.get("none")}
             ops.append({"op": op, "none_ms": none, "bound_ms": bound, "pick_ms": pick,
                         "setting": (p.get("fastest") or {}).get("case"),
                         "exposed_ms": none - bound, "left_ms": max(0.0, pick - bound)})
@@ -79,6 +83,8 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
         below = sorted(v for v, ms in settings.items() if ms < bound)
         session = (layer_sessions or {}).get(int(tp))
         eff = {v: _efficiency(session, tp, v, ms, none_ms, bound, measured is not None) for v, ms in settings.items()}
+        # a file of no overlap (torch, every op chose it) hides nothing by definition, as an op that chose it
+        eff["none"] = Efficiency(0.0, 0.0, 0.0, 0, raw=0.0, why="no overlap chosen")
         left = written_ms - bound
         in_ops = layers * sum(o["left_ms"] for o in ops)
         refs = [{"variant": v, "ms": ms, "limit": ms / bound, "hidden": eff[v].value, "shown": eff[v].shown()}

@@ -11,7 +11,7 @@ from tptune.decide.file_sets import ALL_FILES
 from tptune.model.ops import OPS
 from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency
-from tptune.stats.wording import classify_ratio
+from tptune.stats.wording import classify_ratio, not_a_figure
 from tptune.stats.rounds import Ratio, ratio_of
 from tptune.records.files import write_via_buffer
 from tptune.records.layer_result import decided_layers
@@ -347,6 +347,9 @@ def plot_summary(rows: list[dict], png: Path) -> Path | None:
             if not r:
                 continue
             x = gi - 0.4 + width * (bi + 0.5)
+            if not_a_figure(r):   # no bar for a figure the noise cannot support (stats.wording)
+                ax.text(x, 1.0, "undecided", rotation=90, ha="center", va="bottom", fontsize=6)
+                continue
             err = None
             if r.get("lo") is not None and r.get("hi") is not None:
                 err = [[r["ratio"] - r["lo"]], [r["hi"] - r["ratio"]]]
@@ -357,7 +360,8 @@ def plot_summary(rows: list[dict], png: Path) -> Path | None:
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(range(len(groups)), [f"{g['group']}\nTP {g['tp']}" for g in groups])
     ax.set_ylabel("time / no overlap")
-    lo = min((b["ratio"]["lo"] or b["ratio"]["ratio"]) for g in groups for b in g["bars"] if b["ratio"])
+    drawn = [b["ratio"] for g in groups for b in g["bars"] if b["ratio"] and not not_a_figure(b["ratio"])]
+    lo = min(((r["lo"] or r["ratio"]) for r in drawn), default=1.0)
     ax.set_ylim(max(0.0, lo - 0.05), None)
     ax.legend(fontsize=7, ncol=2)
     ax.set_title("Each setting against no overlap (95% interval, paired rounds)", fontsize=9)

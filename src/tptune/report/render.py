@@ -14,11 +14,12 @@ from tptune.report.wall_time import wall_time_line
 from tptune.cases import parse_case_id
 from tptune.stats.efficiency import Efficiency
 from tptune.stats.numerics import summary_text
-from tptune.stats.wording import classify_ratio
+from tptune.stats.wording import classify_ratio, not_a_figure
 from tptune.model.plan import plan_summary
 from tptune.records import load
 from tptune.records.files import write_text_atomic
 from tptune.records.layer_result import decided_layers
+from tptune.records.point_fields import INF, point_median
 from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
 from tptune.records.run_status import run_failures
 from tptune.records.sessions import Session, load_sessions, named
@@ -63,6 +64,9 @@ def _ratio(r: dict | None) -> str:
     """"0.962 [0.951, 0.973], 4 rounds" from a comparison's ratio record."""
     if not r or r.get("ratio") is None:
         return "–"
+    why = not_a_figure(r)
+    if why:
+        return why
     lo, hi = r.get("lo"), r.get("hi")
     iv = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
     return f"{r['ratio']:.3f}{iv}, {r.get('rounds')} rounds"
@@ -173,6 +177,15 @@ def _shape_rows(sessions: list[Session], meas: pl.DataFrame, ops: list[dict]) ->
     return rows
 
 
+def _bound_ms(decisions: dict, op: str, tp) -> float | None:
+    """An op's no-communication bound at a TP as every figure takes it: the median of its rounds after the
+    burn-in round (stats.bound.burned_in, as decisions.json's points hold it), not the measurement table's
+    median of every round it ran."""
+    p = ((decisions["ops"].get(op) or {}).get("points") or {}).get(str(tp)) or {}
+    m = point_median(p["nocomm"]) if p.get("nocomm") else INF
+    return None if m == INF else m
+
+
 def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     """Per (op, TP): none / TE default / presets / tuned / bound medians."""
     rows = []
@@ -181,7 +194,7 @@ def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
         rec = decisions["ops"].get(op, {})
         pts = rec.get("points", {}).get(str(tp), {})
         best = (pts.get("best") or {}).get("case")
-        row = {"op": op, "tp": tp, "none": med.get("none"), "bound": med.get("nocomm"),
+        row = {"op": op, "tp": tp, "none": med.get("none"), "bound": _bound_ms(decisions, op, tp),
                "te": med.get("ub.te"), "presets": {v: m for v, m in med.items()
                                                    if v.startswith("ub.") and "+" not in v and v != "ub.te"},
                "best": best, "best_ms": med.get(parse_case_id(best).variant_id) if best else None,
@@ -216,22 +229,27 @@ def _limits(meas: pl.DataFrame, decisions: dict) -> list[dict]:
         exposed = chosen["fwd_exposed_comm_ms"] + chosen["bwd_exposed_comm_ms"]
         gemm = chosen["fwd_gemm_ms"] + chosen["bwd_gemm_ms"] - bound["fwd_gemm_ms"] - bound["bwd_gemm_ms"]
         parts = {"communication not covered": exposed, "GEMMs slower than the bound's": gemm}
+        bound_ms = _bound_ms(decisions, op, tp) or bound["median_ms"]
         rows.append({"op": op, "tp": tp, "setting": chosen["variant"], "timed_ms": chosen["median_ms"],
-                     "none_ms": (rows_.get("none") or {}).get("median_ms"), "bound_ms": bound["median_ms"],
+                     "none_ms": (rows_.get("none") or {}).get("median_ms"), "bound_ms": bound_ms,
                      "gap_ms": wall, "exposed_ms": exposed, "gemm_ms": gemm, "rest_ms": wall - exposed - gemm,
-                     "limit": _limit(chosen["median_ms"], bound["median_ms"], wall, parts, margin)})
+                     "limit": _limit(chosen["median_ms"], bound_ms, wall, parts, margin)})
     return rows
 
 
 def _limit(timed_ms: float, bound_ms: float, wall_ms: float, parts: dict[str, float], margin: float) -> str:
-    """What limits a setting, in words its figures support: the larger part of the traces' gap over the
-    bound; where the profiled steps show no gap, "at the bound" only if its timed median is within the
-    margin of the bound's too, else the traces and the timed rounds disagree and neither names a cause."""
-    if wall_ms > 0:
-        return max(parts, key=parts.get)
+    """What limits a setting, in words its figures support, where the profiled steps and the timed rounds
+    agree: both above the bound beyond the margin, the larger part of the traces' gap; both at or below
+    it, "at the bound" (timed within the margin). Where they disagree neither names a cause."""
     over = timed_ms / bound_ms if bound_ms else None
-    if over is None or over <= 1 + margin:
+    at = over is None or over <= 1 + margin
+    if wall_ms > 0 and not at:
+        return max(parts, key=parts.get)
+    if wall_ms <= 0 and at:
         return "at the bound"
+    if wall_ms > 0:
+        return (f"not told: the profiled steps read {wall_ms:.3f} ms above the bound, the timed rounds "
+                f"{over:.2f}× it (within the {100 * margin:.0f}% margin)")
     return f"not told: the profiled steps read at or below the bound, the timed rounds {over:.2f}× it"
 
 
@@ -243,7 +261,7 @@ def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     rows = []
     for tp in sorted({t for t in meas["tp"].to_list()}):
         def total(variant):
-            vals = [by.get((op, tp, variant)) for op in ops]
+            vals = [_bound_ms(decisions, op, tp) if variant == "nocomm" else by.get((op, tp, variant)) for op in ops]
             return None if any(v is None for v in vals) else sum(vals)
         fastest, variants = [], []
         for op in ops:

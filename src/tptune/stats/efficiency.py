@@ -10,7 +10,8 @@ mean(D2)), e +- t_{n-1} se.
 Each op is capped at its bound: a chosen setting below its bound within the noise reaches the bound
 (e counts as 1 in sums, and is worded "at the bound", never as a percentage: the estimate lies above
 100% and a printed 100% would hide that); below it beyond the noise is a bound fault (stats.bound) and shown as a fault, never a
-percentage. A chosen setting at or slower than no overlap hides nothing (0%). The model-level figure sums
+percentage. A chosen setting at or slower than no overlap hides nothing (0%). An estimate whose interval
+covers 0 to 100% is no figure: it is shown as undecided. The model-level figure sums
 the capped ops round by round: a capped op contributes its exposed time as hidden (D1_r := D2_r), a
 faulted op is left out and named.
 """
@@ -58,12 +59,24 @@ class Efficiency:
         if self.capped == "at bound":
             low = f"; lower limit {100 * self.lo:.0f}%" if self.lo is not None and self.lo < 1 else ""
             return f"at the bound (the chosen setting reads at or below it, within the noise{low})"
+        if self.undecided():
+            return f"undecided ({self.undecided()})"
         iv = f" [{100 * self.lo:.0f}, {100 * self.hi:.0f}]" if self.lo is not None else ""
         cap = f", {self.capped}" if self.capped else ""
         return f"{100 * self.value:.0f}%{iv}{cap}"
 
+    def undecided(self) -> str | None:
+        """Why the estimate is no figure, or None: its interval covers every share from none to all."""
+        if self.fault or self.value is None or self.lo is None or self.hi is None or self.capped == "at bound":
+            return None
+        if self.lo <= 0 and self.hi >= 1:
+            return f"{self.rounds} rounds: the 95% interval covers 0 to 100%, so the noise cannot tell how much is hidden"
+        return None
+
     def hides(self) -> str:
         """The hiding rule's words: "hides 80% [53, 100] of exposed communication", or that it reaches the bound."""
+        if self.undecided():
+            return f"hides an undecided share of exposed communication ({self.undecided()})"
         if self.capped == "at bound" and not self.fault:
             return f"hides all exposed communication: {self.shown()}"
         return f"hides {self.shown()} of exposed communication"

@@ -8,6 +8,10 @@ A ratio a/b with 95% interval [lo, hi] and margin m reads:
   otherwise                   undecided (the interval reaches past the margin on a side and covers 1)
 "A tie" is only said of an interval that covers 1: 1.009 [1.002, 1.017] is "slower within the margin,
 significant", never a tie.
+
+A ratio whose interval reaches below half its estimate or above twice it (two rounds of a noisy CPU run:
+0.418 [0.000, 8514.187]) is no figure: the noise cannot support its digits, and the report prints
+"undecided" with the reason instead (not_a_figure).
 """
 from __future__ import annotations
 
@@ -42,3 +46,16 @@ def classify_ratio(r: dict | None, margin: float) -> str:
 def speedup(r: dict) -> str:
     """"1.023x [1.020, 1.026]" for a ratio a/b below 1 (b/a with the interval inverted)."""
     return f"{1 / r['ratio']:.3f}x [{1 / r['hi']:.3f}, {1 / r['lo']:.3f}]"
+
+
+def not_a_figure(r: dict | None) -> str | None:
+    """Why a ratio record ({"ratio", "lo", "hi", "rounds"}) cannot be printed as a figure, or None where it
+    can: its 95% interval reaches below half the estimate or above twice it (module doc)."""
+    r = r or {}
+    x, lo, hi = r.get("ratio"), r.get("lo"), r.get("hi")
+    if x is None or lo is None or hi is None or x <= 0:
+        return None
+    if lo < x / 2 or hi > 2 * x:
+        return (f"undecided ({r.get('rounds')} rounds: too noisy for a figure, the 95% interval reaching below "
+                "half or above twice the estimate)")
+    return None
