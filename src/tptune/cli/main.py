@@ -17,6 +17,7 @@ from pathlib import Path
 from tptune import __version__
 from tptune.cases import parse_case_id
 from tptune.cli.check import add_check_parser
+from tptune.cli.figures import add_figures_parser
 from tptune.cli.wall import add_predict_parser, write_plan_estimate
 from tptune.emit.records import write_record
 from tptune.emit.tables import write_table
@@ -589,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_check_parser(sub)
     add_predict_parser(sub)
+    add_figures_parser(sub)
 
     p = _step(sub, "check-run", "exit 1 when a stage of the run had no successful member")
     p.add_argument("run_dir")

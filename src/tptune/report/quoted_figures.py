@@ -1,0 +1,221 @@
+"""Every figure the READMEs and docs quote, computed from the committed results (``tptune figures``).
+
+``results/figures.yaml`` names each quoted figure once: what it is (a kind below), the session(s) it comes
+from and its wording. A Markdown file quotes it between markers, ``<!-- figure:NAME -->...<!-- /figure -->``
+inline, or a whole block of text with ``{NAME}`` placeholders (the README's proven-results table) between
+``<!-- figures:BLOCK -->`` and ``<!-- /figures:BLOCK -->``. ``tptune figures`` rewrites every marked copy;
+``--check`` rewrites nothing and names every copy that differs from what the results give.
+
+Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
+  pooled   every block session of the same pair on the same workload and node kind
+           (records.block_sessions.same_pair), pooled each session a block (stats.pooled); one session: its
+           own paired interval. Where the pooled rounds include batches whose host never got ahead of the GPU
+           the wording says so, always (the figure then holds host launch time, not GPU time alone).
+  session  a / b over the rounds of one session only (e.g. "the best session alone").
+  limit    a setting's block time over the block's own no-communication bound (medians; the bound without
+           its burn-in round, stats.bound).
+  hidden   the share of the block's exposed communication a setting hides (stats.efficiency, paired rounds,
+           the bound without its burn-in round).
+  efficiency  an Efficiency recorded in a JSON file (decisions.json meta.model_efficiency): as reports print it.
+  value    a number read from a file (wall_s.txt) or a JSON key, with a Python format.
+Fields a ratio's wording can use: ratio lo hi rounds sessions over (" pooled over N sessions" or "") x x_lo
+x_hi (b / a, "× faster") words (stats.wording) host (the host-behind note, "" when none).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tptune.errors import TptuneError
+from tptune.records.block_sessions import BlockSession, index, same_pair
+from tptune.records.point_fields import point_median
+from tptune.stats.bound import burned_in, is_bound
+from tptune.stats.efficiency import Efficiency, op_efficiency
+from tptune.stats.host_evidence import summary as host_summary
+from tptune.stats.pooled import pooled_ratio
+from tptune.stats.rounds import paired_ratio, point_rounds
+from tptune.stats.wording import classify
+
+SPEC = "figures.yaml"
+MARGIN = 0.02
+DEFAULT_RATIO = "{ratio} [{lo}, {hi}], {rounds} rounds{over}"
+INLINE = re.compile(r"<!-- figure:([\w.-]+) -->(.*?)<!-- /figure -->", re.S)
+BLOCK = re.compile(r"(<!-- figures:([\w.-]+) -->\n)(.*?)(<!-- /figures:\2 -->)", re.S)
+
+
+@dataclass
+class Difference:
+    file: str
+    figure: str
+    written: str
+    computed: str
+
+    def __str__(self) -> str:
+        old, new = self.written.splitlines() or [""], self.computed.splitlines() or [""]
+        if len(old) > 1 or len(new) > 1:   # a block: its first line that differs
+            i = next((i for i, (o, n) in enumerate(zip(old, new)) if o != n), min(len(old), len(new)))
+            old, new = old[i:i + 1] or [""], new[i:i + 1] or [""]
+            return f"{self.file}: {self.figure}, line {i + 1}: reads {old[0]!r}, the results give {new[0]!r}"
+        return f"{self.file}: {self.figure}: reads {self.written!r}, the results give {self.computed!r}"
+
+
+def _f3(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _case(bs: BlockSession, variant: str) -> str:
+    tp = json.loads(bs.scope)["tp"]
+    return variant if variant.startswith("layer-") else f"layer-tp{tp}-{variant}"
+
+
+def _point(bs: BlockSession, case: str) -> dict:
+    p = bs.session.points.get(case)
+    if p is None:
+        raise TptuneError(f"{bs.rel}: no member {case} (it has {', '.join(sorted(bs.session.points))})")
+    return burned_in(p) if is_bound(case) else p
+
+
+class Figures:
+    """The figures of one results tree, computed on demand and kept."""
+
+    def __init__(self, results: str | Path, spec: dict | None = None):
+        self.results = Path(results)
+        spec_file = self.results / SPEC
+        self.spec = spec if spec is not None else yaml.safe_load(spec_file.read_text())
+        self.defs = self.spec.get("figures") or {}
+        self.blocks = self.spec.get("blocks") or {}
+        self._index: list[BlockSession] | None = None
+        self._done: dict[str, str] = {}
+
+    @property
+    def sessions(self) -> list[BlockSession]:
+        if self._index is None:
+            self._index = index(self.results)
+        return self._index
+
+    def _session(self, rel: str) -> BlockSession:
+        bs = next((s for s in self.sessions if s.rel == rel), None)
+        if bs is None:
+            raise TptuneError(f"{SPEC}: no block session at results/{rel} (expected <run>/sessions/layer/tp<N>)")
+        return bs
+
+    def get(self, name: str) -> str:
+        if name not in self._done:
+            d = self.defs.get(name)
+            if d is None:
+                raise TptuneError(f"{SPEC}: no figure named {name!r}")
+            try:
+                self._done[name] = self._compute(d)
+            except (KeyError, ValueError, OSError) as e:
+                raise TptuneError(f"{SPEC}: figure {name}: {e}") from e
+        return self._done[name]
+
+    def _compute(self, d: dict) -> str:
+        kind = d["kind"]
+        if kind in ("pooled", "session"):
+            return self._ratio(d, pooled=kind == "pooled")
+        if kind == "limit":
+            bs = self._session(d["session"])
+            bound = next(c for c in bs.session.points if is_bound(c))
+            limit = point_median(_point(bs, _case(bs, d["a"]))) / point_median(_point(bs, bound))
+            return d.get("format", "{limit}×").format(limit=_f3(limit))
+        if kind == "hidden":
+            bs = self._session(d["session"])
+            tp = json.loads(bs.scope)["tp"]
+            e = op_efficiency(_point(bs, f"layer-tp{tp}-none"), _point(bs, _case(bs, d["a"])),
+                              _point(bs, f"layer-tp{tp}-nocomm"))
+            return d.get("format", "{hidden}").format(hidden=e.shown())
+        if kind == "efficiency":
+            e = Efficiency.from_dict(_json_key(self.results / d["file"], d["key"]))
+            return d.get("format", "{hidden}").format(hidden=e.shown())
+        if kind == "value":
+            path = self.results / d["file"]
+            v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
+            return d.get("format", "{value}").format(value=v)
+        raise ValueError(f"kind {kind!r} is none of pooled, session, limit, hidden, efficiency, value")
+
+    def _ratio(self, d: dict, pooled: bool) -> str:
+        own = self._session(d["session"])
+        a, b = _case(own, d["a"]), _case(own, d["b"])
+        pairs = same_pair(self.sessions, own.rel, a, b) if pooled else [(own, a, b)]
+        blocks = [(s.rel, point_rounds(_point(s, ca)), point_rounds(_point(s, cb))) for s, ca, cb in pairs]
+        p = pooled_ratio(blocks) if pooled else None
+        r = p if p is not None else paired_ratio(blocks[0][1], blocks[0][2])
+        if r is None or r.lo is None:
+            raise ValueError(f"{own.rel}: {a} / {b} has no interval (fewer than two paired rounds)")
+        n = len(p.sessions) if p is not None else 1
+        behind = batches = 0
+        for s, ca, cb in pairs:
+            for c in (ca, cb):
+                h = host_summary(s.session.points[c])
+                behind, batches = behind + h["failed"], batches + h["batches"]
+        host = f"; includes host-behind rounds ({behind} of {batches} batches)" if behind else ""
+        fields = {"ratio": _f3(r.ratio), "lo": _f3(r.lo), "hi": _f3(r.hi), "rounds": r.rounds, "sessions": n,
+                  "over": f" pooled over {n} sessions" if n > 1 else "", "x": _f3(1 / r.ratio),
+                  "x_lo": _f3(1 / r.hi), "x_hi": _f3(1 / r.lo), "words": classify(r.lo, r.hi, MARGIN),
+                  "host": host}
+        fmt = d.get("format", DEFAULT_RATIO)
+        text = fmt.format(**fields)
+        return text if "{host}" in fmt else text + host
+
+    def render_block(self, name: str) -> str:
+        template = self.blocks.get(name)
+        if template is None:
+            raise TptuneError(f"{SPEC}: no block named {name!r}")
+        return re.sub(r"\{([\w.-]+)\}", lambda m: self.get(m.group(1)), template)
+
+
+def _json_key(path: Path, key: str):
+    v = json.loads(path.read_text())
+    for k in key.split("."):
+        v = v[k]
+    return v
+
+
+def quoting_files(root: Path) -> list[Path]:
+    """The Markdown files whose figures are generated: README.md, results/**/README.md, docs/*.md."""
+    files = [root / "README.md", *sorted((root / "results").rglob("README.md")), *sorted((root / "docs").glob("*.md"))]
+    return [f for f in files if f.exists()]
+
+
+def render(text: str, figs: Figures) -> tuple[str, list[tuple[str, str, str]]]:
+    """(``text`` with every marked copy generated, [(figure or block, as written, as computed)] differing)."""
+    diffs = []
+
+    def block(m):
+        new = figs.render_block(m.group(2))
+        if not new.endswith("\n"):
+            new += "\n"
+        if new != m.group(3):
+            diffs.append((f"figures:{m.group(2)}", m.group(3), new))
+        return m.group(1) + new + m.group(4)
+
+    def inline(m):
+        new = figs.get(m.group(1))
+        if new != m.group(2):
+            diffs.append((m.group(1), m.group(2), new))
+        return f"<!-- figure:{m.group(1)} -->{new}<!-- /figure -->"
+
+    return INLINE.sub(inline, BLOCK.sub(block, text)), diffs
+
+
+def generate(root: str | Path, check: bool = False) -> list[Difference]:
+    """Rewrite every marked copy under ``root`` (the repository) from ``root/results``; with ``check`` write
+    nothing. Returns the copies that differed (with check: that differ)."""
+    root = Path(root)
+    figs = Figures(root / "results")
+    out = []
+    for f in quoting_files(root):
+        text = f.read_text()
+        if "<!-- figure" not in text:
+            continue
+        new, diffs = render(text, figs)
+        rel = f.relative_to(root).as_posix()
+        out += [Difference(rel, name, old, comp) for name, old, comp in diffs]
+        if diffs and not check:
+            f.write_text(new)
+    return out
