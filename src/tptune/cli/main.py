@@ -428,6 +428,12 @@ def cmd_check_run(a) -> int:
     return 0
 
 
+def cmd_confirm(a) -> int:
+    from tptune.confirm.entry import run
+
+    return run(a)
+
+
 def _step(sub, name: str, doc: str) -> argparse.ArgumentParser:
     """A step the workflow's rules run on a run folder: callable as any subcommand, but given without
     ``help`` so that ``tptune --help`` lists it apart from the user commands (build_parser's epilog)."""
@@ -582,6 +588,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="source", metavar="WINDOW_JSON",
                    help="measure nothing: re-derive a recorded calibration (its window.json) with this code")
     p.set_defaults(fn=cmd_calibrate_window)
+
+    from tptune.confirm.entry import HELP as CONFIRM_HELP, add_arguments as add_confirm_arguments
+    p = add_confirm_arguments(sub.add_parser("confirm", help=CONFIRM_HELP))
+    p.set_defaults(fn=cmd_confirm)
 
     p = sub.add_parser("failed", help="the measuring outputs of the sessions with a failed setting: "
                                       "snakemake -R $(tptune failed outputs/<run>) re-measures them")

@@ -194,6 +194,16 @@ class RunDir:
         return self.root / "report.md"
 
     @property
+    def confirm_json(self) -> Path:
+        """The confirm stage's record: the set, the best preset and no overlap in Megatron-LM's training loop."""
+        return self.root / "confirm.json"
+
+    @property
+    def confirm_dir(self) -> Path:
+        """The confirm stage's files: each launch's log (logs/), the preset's Megatron yaml it wrote."""
+        return self.root / "confirm"
+
+    @property
     def status_json(self) -> Path:
         return self.root / "status.json"
 

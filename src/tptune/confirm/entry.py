@@ -1,0 +1,64 @@
+"""``tptune confirm outputs/<run>``: the arguments and what the command does with them."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tptune.confirm.defaults import DEFAULTS
+from tptune.errors import TptuneError
+from tptune.records.run_dir import RunDir
+
+HELP = ("confirm the run's answer in Megatron-LM's own training loop: the emitted set, the best NVIDIA preset "
+        "and no overlap, alternating launches (GPUs; writes confirm.json)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("run_dir", help="the run folder, outputs/<run> (decisions.json, model.json, the emitted files)")
+    p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"], help="rounds of [set, preset, none] in "
+                   "rotating order, one fresh launch each (default %(default)s)")
+    p.add_argument("--layers", type=int, help="transformer layers (default: as many as fit, at least 2, at most "
+                   "--max-layers)")
+    p.add_argument("--max-layers", type=int, default=DEFAULTS["max_layers"], help="(default %(default)s)")
+    p.add_argument("--iters", type=int, default=DEFAULTS["iters"], help="training iterations a launch; the "
+                   f"median counts iterations {DEFAULTS['timed_from']} on (default %(default)s)")
+    p.add_argument("--micro-batches", type=int, default=DEFAULTS["micro_batches"],
+                   help="micro-batches an iteration (global batch = this x the workload's; default %(default)s)")
+    p.add_argument("--timeout", type=float, default=DEFAULTS["timeout_s"], help="seconds before a launch is "
+                   "killed as hung (default %(default)s)")
+    p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    p.add_argument("--preset", help="the NVIDIA preset to compare with (default: the fastest the layer stage "
+                   "ran under Megatron's default switches)")
+    p.add_argument("--launcher", help="the command before Megatron's arguments, {nproc} {port} {entry} {python} "
+                   "filled in (default: python -m torch.distributed.run on this node)")
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 even when the set's loss differs (the "
+                   "workflow's rule: confirm.json and the report say it)")
+    return p
+
+
+def run(a: argparse.Namespace) -> int:
+    from tptune.confirm.stage import run_confirm
+
+    rec = run_confirm(a.run_dir, rounds=a.rounds, layers=a.layers, iters=a.iters, timeout_s=a.timeout,
+                      micro_batches=a.micro_batches, max_layers=a.max_layers, seed=a.seed, preset=a.preset,
+                      launcher=a.launcher)
+    r = rec["ratios"].get("set/preset")
+    print(f"confirm: {RunDir(a.run_dir).confirm_json} ({rec['wall_s']:.0f} s)")
+    if r:
+        print(f"  set / {rec['settings']['preset']['label']}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], "
+              f"{r['rounds']} rounds ({r['words']})")
+    for line in rec["launch_failures"]:
+        print(f"  launch failed: {line}", file=sys.stderr)
+    if rec["loss_failures"]:
+        print("CONFIRM: THE LOSS DIFFERS FROM NO OVERLAP'S BEYOND ITS REPEAT NOISE:\n  "
+              + "\n  ".join(rec["loss_failures"]), file=sys.stderr)
+        return 0 if a.exit_zero else 1
+    return 0
+
+
+def main(argv=None) -> int:
+    a = add_arguments(argparse.ArgumentParser(prog="tptune confirm", description=HELP)).parse_args(argv)
+    try:
+        return run(a)
+    except TptuneError as exc:
+        print(f"tptune confirm: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,69 @@
+"""How many layers a confirm trains: as many as fit one GPU at the model TP (tptune.model.memory's estimate of
+Megatron training with the whole model state on every rank: one data-parallel replica, no distributed
+optimizer, no pipeline), at least 2 and at most ``max_layers``, which keeps the stage's time down (every layer
+adds to every iteration of every launch); and how much of the iteration those layers are."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tptune.model.memory import GIB, estimate
+from tptune.model.spec import ModelConfig
+
+MIN_LAYERS = 2
+
+
+def with_layers(mc: ModelConfig, n: int) -> ModelConfig:
+    """The model cut to ``n`` layers, MoE layers laid out as the layer stage's block (ModelSpec.block_pattern)."""
+    m = mc.model
+    kw = {"num_layers": n}
+    if m.is_moe:
+        kw["moe_layer_freq"] = tuple(int(x) for x in m.block_pattern(n))
+    if m.mtp_num_layers:
+        kw["mtp_num_layers"] = None
+    return replace(mc, model=replace(m, **kw))
+
+
+def layer_memory(mc: ModelConfig, n: int, tp: int, gpu_memory: int | None) -> dict:
+    return estimate(with_layers(mc, n), tp, {"pp": 1, "dp": 1, "distributed_optimizer": False},
+                    gpu_memory, gpus_per_node=tp)
+
+
+def choose_layers(mc: ModelConfig, tp: int, *, requested: int | None, max_layers: int,
+                  gpu_memory: int | None) -> tuple[int, str]:
+    """(layers, why)."""
+    if requested is not None:
+        if requested < MIN_LAYERS:
+            raise ValueError(f"--layers {requested}: at least {MIN_LAYERS}")
+        est = layer_memory(mc, requested, tp, gpu_memory)
+        return requested, f"{requested} as asked (--layers); memory estimate: {est['why']}"
+    if gpu_memory is None:
+        return MIN_LAYERS, (f"{MIN_LAYERS}, the fewest: this machine's GPU memory is unknown, so the estimate "
+                            "cannot say how many fit")
+    fit = [n for n in range(MIN_LAYERS, max_layers + 1) if layer_memory(mc, n, tp, gpu_memory)["fits"]]
+    if not fit:
+        est = layer_memory(mc, MIN_LAYERS, tp, gpu_memory)
+        return MIN_LAYERS, f"{MIN_LAYERS}, the fewest, though the estimate says they do not fit ({est['why']})"
+    n = fit[-1]
+    est = layer_memory(mc, n, tp, gpu_memory)
+    if n == max_layers:
+        more = layer_memory(mc, max_layers + 1, tp, gpu_memory)
+        cap = "more would fit" if more["fits"] else "no more fit"
+        return n, (f"{n}: the cap (confirm max_layers; each layer lengthens every launch), {cap}; "
+                   f"{est['total'] / GIB:.1f} GiB of {est['usable'] / GIB:.1f} GiB usable a GPU")
+    return n, f"{n}: the most that fit one GPU ({est['total'] / GIB:.1f} GiB of {est['usable'] / GIB:.1f} GiB usable)"
+
+
+def layers_share(layer_record: dict | None, layers: int, micro_batches: int, iteration_ms: float | None) -> dict | None:
+    """The share of the set's iteration its ``layers`` transformer layers take, from the layer stage's block time
+    of the tuned combination (fwd+bwd of ``num_layers`` layers, one micro-batch): block_ms / num_layers x layers x
+    micro_batches / iteration_ms. The rest is the embedding, the output layer, the loss and the optimizer step,
+    which TP overlap does not touch. None without a layer record or an iteration time."""
+    if not layer_record or not iteration_ms:
+        return None
+    tuned = next((r for r in layer_record.get("settings", []) if r.get("case") == layer_record.get("tuned")), None)
+    if not tuned or not tuned.get("median_ms") or not layer_record.get("num_layers"):
+        return None
+    per_layer = tuned["median_ms"] / layer_record["num_layers"]
+    share = per_layer * layers * micro_batches / iteration_ms
+    return {"share": round(share, 3), "block_ms_per_layer": round(per_layer, 3), "iteration_ms": iteration_ms,
+            "from": f"layer/tp{layer_record.get('tp')}.json {layer_record.get('tuned')}"}
