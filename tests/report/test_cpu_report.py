@@ -124,15 +124,16 @@ def test_a_share_the_noise_cannot_support_is_undecided(tmp_path):
 
 
 def test_what_limits_an_op_agrees_with_its_timed_rounds(tmp_path):
-    """qkv's bound made 2.1x slower: chunked.n2's timed median is then within the margin of it while its
-    profiled steps still read 3.2 ms above it. Before: 'communication not covered' for an op at its bound."""
+    """qkv's bound made 2.1x slower: chunked.n2's timed median is then at or below it while its profiled
+    steps still read 3.2 ms above it. Before: 'communication not covered' for an op below its bound."""
     def slower_bound(run):
-        _scale_rounds(run / "sessions/qkv/tp2/point/nocomm/run.json", 2.1)
+        _scale_rounds(run / "sessions/qkv/tp2/point/nocomm/run.json", 2.2)
         cfg = json.loads((run / "config.json").read_text())   # TP 2 alone: the edit leaves TP 4 unmeasured
         (run / "config.json").write_text(json.dumps({**cfg, "tp_sizes": [2]}))
     _, report = _rederived(tmp_path, slower_bound)
     limit = _row(report, "## Where each op's time above its bound goes", "qkv")[8]
-    assert limit.startswith("not told: the profiled steps read 3.177 ms above the bound, the timed rounds 1.00× it"), limit
+    assert limit.startswith("not told: the profiled steps read 3.177 ms above the bound, the timed rounds at or "
+                            "below it (0.96× it)"), limit
 
 
 def test_every_percentage_above_100_is_defined_where_it_stands(tmp_path):

@@ -20,16 +20,14 @@ to stderr. Nothing here may stop or fail a session: any error drops the line's e
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 from dataclasses import dataclass
 
+from tptune.measure.console import CONSOLE_ENV, say  # noqa: F401 - the console line, re-exported
 from tptune.records import progress
 from tptune.records.run_dir import SESSION_JSON, RunDir
 from tptune.search.ahead import Ahead, sessions_ahead
 
-CONSOLE_ENV = "TPTUNE_CONSOLE_FD"
 
 
 @dataclass(frozen=True)
@@ -111,24 +109,6 @@ def line(name: str, wall_s: float | None, est: Estimate) -> str:
     else:
         parts.append("time left unknown")
     return " · ".join(parts)
-
-
-def say(text: str) -> None:
-    """To the console fd the workflow's jobs hold, else stderr; never raises."""
-    try:
-        fd = int(os.environ.get(CONSOLE_ENV, ""))
-    except ValueError:
-        fd = None
-    try:
-        if fd is not None:
-            os.write(fd, (text + "\n").encode())
-            return
-    except OSError:
-        pass
-    try:
-        print(text, file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 def session_finished(s, run: RunDir, name: str, rec: dict) -> None:

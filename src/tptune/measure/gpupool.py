@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Mapping
 
+from tptune.measure.console import say
+
 _DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
 _PROBE = object()
 
@@ -134,6 +136,7 @@ class GpuPool:
         self.lock_dir = Path(lock_dir)
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         self.ids = [i for i in ids if allowed is None or i in allowed]
+        self.last_wait_s = 0.0
 
     def _try_lock(self, gid: str):
         fh = open(self.lock_dir / f"gpu{gid}.lock", "a+")
@@ -171,16 +174,42 @@ class GpuPool:
                 fh.close()
         return None
 
+    def holders(self) -> list[int]:
+        """The pids the pool's lock files name (each holder writes its own; a freed file keeps its last
+        holder's, so these are who holds or last held an id)."""
+        pids = set()
+        for gid in self.ids:
+            try:
+                text = (self.lock_dir / f"gpu{gid}.lock").read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) != os.getpid():
+                pids.add(int(text))
+        return sorted(pids)
+
     @contextmanager
-    def acquire(self, n: int, prefer: list[list[str]] = (), timeout: float = 24 * 3600, poll: float = 0.2):
-        deadline = time.monotonic() + timeout
+    def acquire(self, n: int, prefer: list[list[str]] = (), timeout: float = 24 * 3600, poll: float = 0.2,
+                what: str = "GPUs", waiting_for: str = ""):
+        """Lock ``n`` ids for the body, waiting while others hold them. A wait says one line on the
+        console when it starts (``what``: the ids' name, ``waiting_for``: who waits) and leaves its
+        length in ``last_wait_s`` (0.0 without one), which the session's record keeps."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        told = False
         while True:
             got = self.try_acquire(n, prefer)
             if got:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no {n} free GPUs in {self.lock_dir} after {timeout:.0f}s")
+            if not told:
+                held = ", ".join(str(p) for p in self.holders()) or "unknown"
+                say(f"tptune: {waiting_for + ' ' if waiting_for else ''}waits for {n} {what} of the shared pool "
+                    f"{self.lock_dir} (held by pid {held}: another run, a test run or a leftover job); it "
+                    "starts when they are free")
+                told = True
             time.sleep(poll)
+        self.last_wait_s = time.monotonic() - t0 if told else 0.0
         ids, handles = got
         try:
             yield ids

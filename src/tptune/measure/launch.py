@@ -459,10 +459,14 @@ class Launcher:
         """The session's lock, then the ids of its worker group (warm ones preferred); yields them and the
         record of what was held (session.json and every member's run.json keep it)."""
         need = tp if self.device == "cuda" else min(tp, len(self.pool.ids))
-        with _session_lock(session_dir) as waited_s, self.pool.acquire(need, prefer=self._warm_sets(tp, need)) as gpus:
+        what = "GPUs" if self.device == "cuda" else "CPU worker slots"
+        with _session_lock(session_dir) as waited_s, \
+                self.pool.acquire(need, prefer=self._warm_sets(tp, need), what=what,
+                                  waiting_for=f"session {_session_name(session_dir)}") as gpus:
             yield gpus, {"device": self.device, "ids": list(gpus), "pool": str(self.pool.lock_dir),
                          "ranks": tp, "session_lock": str(session_dir / SESSION_LOCK),
-                         "waited_for_session_s": waited_s, "pid": os.getpid(), "from": time.time()}
+                         "waited_for_session_s": waited_s, "waited_for_pool_s": self.pool.last_wait_s,
+                         "pid": os.getpid(), "from": time.time()}
 
     def _side_batches(self, spec: SessionSpec, session_dir: Path, gpus: list[str],
                       attempts: dict[str, list]) -> tuple[dict | None, dict | None]:
@@ -603,6 +607,13 @@ def _reported_failure(case: Case, errors: list[dict], gpus: list[str], started: 
     return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
 
 SESSION_LOCK = ".measuring.lock"
+
+
+def _session_name(session_dir: Path) -> str:
+    """``qkv/tp2/point`` of ``outputs/<run>/sessions/qkv/tp2/point``: what the progress line calls it."""
+    parts = session_dir.parts
+    at = max((i for i, p in enumerate(parts) if p == "sessions"), default=len(parts) - 2)
+    return "/".join(parts[at + 1:]) or session_dir.name
 
 
 @contextmanager

@@ -239,17 +239,17 @@ def _limits(meas: pl.DataFrame, decisions: dict) -> list[dict]:
 
 def _limit(timed_ms: float, bound_ms: float, wall_ms: float, parts: dict[str, float], margin: float) -> str:
     """What limits a setting, in words its figures support, where the profiled steps and the timed rounds
-    agree: both above the bound beyond the margin, the larger part of the traces' gap; both at or below
-    it, "at the bound" (timed within the margin). Where they disagree neither names a cause."""
+    agree: both above the bound, the larger part of the traces' gap; both at it, "at the bound" (the
+    timed median within the margin of the bound's). Where they disagree neither names a cause: profiled
+    steps above a bound the timed rounds reach, or at or below one they stay beyond the margin above."""
     over = timed_ms / bound_ms if bound_ms else None
-    at = over is None or over <= 1 + margin
-    if wall_ms > 0 and not at:
-        return max(parts, key=parts.get)
-    if wall_ms <= 0 and at:
-        return "at the bound"
     if wall_ms > 0:
-        return (f"not told: the profiled steps read {wall_ms:.3f} ms above the bound, the timed rounds "
-                f"{over:.2f}× it (within the {100 * margin:.0f}% margin)")
+        if over is None or over > 1:
+            return max(parts, key=parts.get)
+        return (f"not told: the profiled steps read {wall_ms:.3f} ms above the bound, the timed rounds at or "
+                f"below it ({over:.2f}× it)")
+    if over is None or over <= 1 + margin:
+        return "at the bound"
     return f"not told: the profiled steps read at or below the bound, the timed rounds {over:.2f}× it"
 
 
@@ -384,7 +384,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         overlap_md=_overlap_md(s),
         layer=decided_layers(decisions["meta"]),
         calibration=_calibration(run), shape_rows=_shape_rows(recorded, meas, ops),
-        status=status, measured_with=_measured_with(sessions), wall_time=wall_time_line(run),
+        status=status, measured_with=_measured_with(sessions), wall_time=wall_time_line(run, sessions),
     )
     write_text_atomic(out, text)
     return out

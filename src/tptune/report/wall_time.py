@@ -2,7 +2,8 @@
 the files). Measured: wall_s.txt where whoever ran snakemake timed it (scripts/device_workflow.sh), else
 the progress record's span, each invocation from its start to its last session's end (the jobs after the
 last session, the report among them, are outside it). Predicted: wall_predicted.json (before measuring,
-on this node) and, where present, wall_s.8gpu-predicted.txt. A missing file is named, never an error."""
+on this node) and, where present, wall_s.8gpu-predicted.txt. A missing file is named, never an error. Where
+a measuring job waited for the shared worker pool (another run's workers), the line says how long."""
 from __future__ import annotations
 
 from tptune.records import progress
@@ -27,9 +28,23 @@ def measured(run: RunDir) -> tuple[float | None, str]:
     return sum(spans), f"`progress.jsonl`, {how}; the jobs after that not counted"
 
 
-def wall_time_line(run: RunDir) -> str:
+def pool_wait(sessions: list[dict]) -> tuple[float, int]:
+    """(seconds, sessions) the measuring jobs waited for the shared worker pool before a session began
+    (session.json "held": waited_for_pool_s, measure.gpupool; a session recorded before it: none)."""
+    waits = [float(w) for x in sessions if isinstance(w := (x.get("held") or {}).get("waited_for_pool_s"), (int, float))
+             and w > 0]
+    return sum(waits), len(waits)
+
+
+def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
+    """The line (module doc); ``sessions``: the run's session.json records, for the waits on the pool."""
     wall, source = measured(run)
     parts = [f"measured {_s(wall)} ({source})" if wall is not None else f"measured: {source}"]
+    waited, n = pool_wait(list(sessions))
+    if waited >= 1.0:
+        parts.append(f"of which the measuring jobs waited {_s(waited)} for the shared worker pool ({n} "
+                     "session(s); `launcher.pool_dir`: another run, a test run or a leftover job held its "
+                     "GPUs or cores), time this run's own measuring did not take")
     pred = progress.prediction(run)
     if pred is None:
         parts.append("predicted: no `wall_predicted.json`")

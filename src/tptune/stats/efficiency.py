@@ -75,8 +75,9 @@ class Efficiency:
 
     def hides(self) -> str:
         """The hiding rule's words: "hides 80% [53, 100] of exposed communication", or that it reaches the bound."""
-        if self.undecided():
-            return f"hides an undecided share of exposed communication ({self.undecided()})"
+        if self.undecided():   # the TP rule decides on the estimate: say it, and that the noise cannot support it
+            return (f"hides {100 * self.value:.0f}% of exposed communication by its estimate, which the noise "
+                    f"cannot support ({self.undecided()})")
         if self.capped == "at bound" and not self.fault:
             return f"hides all exposed communication: {self.shown()}"
         return f"hides {self.shown()} of exposed communication"
