@@ -203,11 +203,11 @@ def render(text: str, figs: Figures) -> tuple[str, list[tuple[str, str, str]]]:
     return INLINE.sub(inline, BLOCK.sub(block, text)), diffs
 
 
-def generate(root: str | Path, check: bool = False) -> list[Difference]:
-    """Rewrite every marked copy under ``root`` (the repository) from ``root/results``; with ``check`` write
-    nothing. Returns the copies that differed (with check: that differ)."""
+def generate(root: str | Path, check: bool = False, results: str | Path | None = None) -> list[Difference]:
+    """Rewrite every marked copy under ``root`` (the repository) from ``results`` (default ``root/results``);
+    with ``check`` write nothing. Returns the copies that differed (with check: that differ)."""
     root = Path(root)
-    figs = Figures(root / "results")
+    figs = Figures(Path(results) if results is not None else root / "results")
     out = []
     for f in quoting_files(root):
         text = f.read_text()

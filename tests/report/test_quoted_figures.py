@@ -1,0 +1,106 @@
+"""tptune figures: every figure the READMEs and docs quote is generated from the committed results
+(report.quoted_figures, results/figures.yaml); the pairs it pools (records.block_sessions) and the block's
+bound without its burn-in round, on the committed sessions."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tptune.records.block_sessions import index, same_pair
+from tptune.records.point_fields import point_median
+from tptune.report.quoted_figures import Figures, generate
+from tptune.stats.bound import burned_in
+
+ROOT = Path(__file__).parents[2]
+RESULTS = ROOT / "results"
+REP4_TP4 = "tp24-llama3-70b-h200x4/rep4/sessions/layer/tp4"
+
+
+def test_every_quoted_figure_in_the_committed_tree_is_the_results():
+    diffs = generate(ROOT, check=True)
+    assert not diffs, "\n".join(map(str, diffs)) + "\n(run `tptune figures` to regenerate them)"
+
+
+def test_an_edited_copy_fails_the_check_naming_it(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    assert "**1.072×**" in text and "<!-- figures:proven -->" in text
+    (tmp_path / "README.md").write_text(text.replace("**1.072×**", "**1.078×**"))
+    doc = tmp_path / "docs"
+    doc.mkdir()
+    (doc / "x.md").write_text("pooled <!-- figure:knobs_x2.nvidia -->0.977 [0.974, 0.980], 22 rounds<!-- /figure -->\n")
+    diffs = generate(tmp_path, check=True, results=RESULTS)
+    named = {(d.file, d.figure) for d in diffs}
+    assert named == {("README.md", "figures:proven"), ("docs/x.md", "knobs_x2.nvidia")}
+    proven = next(d for d in diffs if d.file == "README.md")
+    assert "1.078×" in str(proven) and "1.072×" in str(proven)
+    # without --check the copies are rewritten, and then they pass
+    generate(tmp_path, results=RESULTS)
+    assert generate(tmp_path, check=True, results=RESULTS) == []
+    assert "**1.072×**" in (tmp_path / "README.md").read_text()
+
+
+def test_the_cli_check_names_the_copy_that_differs(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "results").symlink_to(RESULTS, target_is_directory=True)
+    (root / "README.md").write_text("<!-- figure:rep4.limit_nemo -->1.078×<!-- /figure -->\n")
+    r = subprocess.run([sys.executable, "-m", "tptune", "figures", "--check", "--root", str(root)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert "README.md: rep4.limit_nemo: reads '1.078×', the results give '1.072×'" in r.stderr
+
+
+def test_pooling_finds_every_session_of_the_same_pair():
+    sessions = index(RESULTS)
+    # rep3 measured the combination rep4 wrote (the same settings, entry for entry)
+    pairs = same_pair(sessions, REP4_TP4, "layer-tp4-ub.fastest_tp4", "layer-tp4-ub.nemo_tp4")
+    assert [s.rel for s, _, _ in pairs] == [REP4_TP4, "tp24-llama3-70b-h200x4/rep3/sessions/layer/tp4"]
+    # tptune verify's copy (true/false) of the stability run's file (0/1) is that file
+    pairs = same_pair(sessions, "verify-llama3-70b-x2/sessions/layer/tp2", "layer-tp2-ub.user1", "layer-tp2-ub.nvidia_bf16_tp2")
+    assert len(pairs) == 3
+    # the same file on another node kind (4x H200's TP 2 block, 2x H100) is another pair
+    knobs = same_pair(sessions, "knobs-llama3-70b-x2/sessions/layer/tp2", "layer-tp2-ub.tuned_tp2", "layer-tp2-ub.nvidia_bf16_tp2")
+    assert len(knobs) == 7 and not any(s.rel.startswith(("tp24", "defaults", "knobs-llama3-70b-h100")) for s, _, _ in knobs)
+
+
+def test_every_run_that_pools_its_block_names_every_session_of_its_pair():
+    """The report's pooled block figures (pooled_with.json) and the generator's pool the same sessions."""
+    sessions = index(RESULTS)
+    named = set()
+    for pw in RESULTS.rglob("pooled_with.json"):
+        group = {(pw.parent / o["session"]).resolve() for o in json.loads(pw.read_text())}
+        named |= {frozenset(group | {x}) for x in (pw.parent / "sessions" / "layer").glob("tp*")
+                  if any(g.name == x.name for g in group)}
+    for s in sessions:
+        tuned = [c for c in s.identity if c.endswith(("ub.tuned_tp2", "ub.tuned_tp4"))]
+        if not tuned or not any(c.endswith("-none") for c in s.identity):
+            continue
+        none = next(c for c in s.identity if c.endswith("-none"))
+        pairs = same_pair(sessions, s.rel, tuned[0], none)
+        if len(pairs) > 1:
+            group = frozenset((RESULTS / p.rel).resolve() for p, _, _ in pairs)
+            assert any(group <= g for g in named), f"{s.rel}: no pooled_with.json names {sorted(map(str, group))}"
+
+
+def test_the_block_limit_leaves_the_bounds_burn_in_round_out():
+    figs = Figures(RESULTS)
+    bs = next(s for s in figs.sessions if s.rel == REP4_TP4)
+    bound, nemo = bs.session.points["layer-tp4-nocomm"], bs.session.points["layer-tp4-ub.nemo_tp4"]
+    with_burn_in = point_median(nemo) / point_median(bound)
+    assert f"{with_burn_in:.3f}" == "1.078"       # what the docs quoted before
+    assert figs.get("rep4.limit_nemo") == f"{point_median(nemo) / point_median(burned_in(bound)):.3f}×" == "1.072×"
+    # the re-derived report says the same
+    assert "`ub.nemo_tp4` 1.072×" in (RESULTS / "tp24-llama3-70b-h200x4/rep4/report.md").read_text()
+
+
+@pytest.mark.parametrize("name,expected", [("knobs_x2.nvidia", "0.977 [0.975, 0.979], 36 rounds pooled over 7 sessions"),
+                                           ("rep4.tuned_file", "1.009 [1.005, 1.013], 6 rounds pooled over 2 sessions")])
+def test_pooled_figures_with_host_ahead_rounds_carry_no_note(name, expected):
+    assert Figures(RESULTS).get(name) == expected
+
+
+def test_a_pooled_figure_with_host_behind_rounds_says_so():
+    got = Figures(RESULTS).get("fp8_tp4.nvidia")
+    assert got.endswith("; includes host-behind rounds (9 of 15 batches)")
