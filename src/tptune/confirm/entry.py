@@ -12,6 +12,13 @@ HELP = ("confirm the run's answer in Megatron-LM's own training loop: the emitte
         "and no overlap, alternating launches (GPUs; writes confirm.json)")
 
 
+def interval(r: dict) -> str:
+    """"0.991 [0.985, 0.997]"; one round has no interval: "0.991 [no interval: 1 round]"."""
+    if r.get("lo") is None or r.get("hi") is None or r["rounds"] < 2:
+        return f"{r['ratio']:.3f} [no interval: {r['rounds']} round]"
+    return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="the run folder, outputs/<run> (decisions.json, model.json, the emitted files)")
     p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"], help="rounds of [set, preset, none] in "
@@ -26,6 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=DEFAULTS["timeout_s"], help="seconds before a launch is "
                    "killed as hung (default %(default)s)")
     p.add_argument("--seed", type=int, default=DEFAULTS["seed"])
+    p.add_argument("--tp", type=int, help="the TP whose emitted set to confirm (default: the model TP)")
     p.add_argument("--preset", help="the NVIDIA preset to compare with (default: the fastest the layer stage "
                    "ran under Megatron's default switches)")
     p.add_argument("--launcher", help="the command before Megatron's arguments, {nproc} {port} {entry} {python} "
@@ -40,12 +48,11 @@ def run(a: argparse.Namespace) -> int:
 
     rec = run_confirm(a.run_dir, rounds=a.rounds, layers=a.layers, iters=a.iters, timeout_s=a.timeout,
                       micro_batches=a.micro_batches, max_layers=a.max_layers, seed=a.seed, preset=a.preset,
-                      launcher=a.launcher)
+                      launcher=a.launcher, tp=a.tp)
     r = rec["ratios"].get("set/preset")
     print(f"confirm: {RunDir(a.run_dir).confirm_json} ({rec['wall_s']:.0f} s)")
     if r:
-        print(f"  set / {rec['settings']['preset']['label']}: {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], "
-              f"{r['rounds']} rounds ({r['words']})")
+        print(f"  set / {rec['settings']['preset']['label']}: {interval(r)}, {r['rounds']} rounds ({r['words']})")
     for line in rec["launch_failures"]:
         print(f"  launch failed: {line}", file=sys.stderr)
     if rec["loss_failures"]:

@@ -73,7 +73,7 @@ def error_lines(text: str, limit: int = 12) -> list[str]:
     out: list[str] = []
     for line in text.splitlines():
         s = line.strip()
-        s = re.sub(r"^\[(?:default)?\d+\]:?\s*", "", s)     # torchrun's per-rank prefix
+        s = re.sub(r"^\[(?:rank|default)?\d+\]:?\s*", "", s)     # torchrun's per-rank prefix
         if s and _ERROR_LINE.search(s) and s not in out:
             out.append(s[:400])
             if len(out) >= limit:

@@ -48,12 +48,19 @@ def read_json(path: Path, what: str) -> dict:
         raise ConfigError(str(path), [f"not JSON ({exc.msg}, line {exc.lineno}): {what}"]) from None
 
 
-def model_tp(run: RunDir) -> int:
-    tp = read_json(run.decisions_json, "the run's decisions (tptune decide writes it)").get("meta", {}).get("model_tp")
-    if not isinstance(tp, int) or tp < 2:
-        raise ConfigError(str(run.decisions_json), [f"meta.model_tp = {tp!r}: the confirm stage needs a model TP "
-                                                    "of at least 2 (TP overlap has nothing to overlap at TP 1)"])
-    return tp
+def confirm_tp(run: RunDir, tp: int | None = None) -> int:
+    """The TP to confirm: ``tp`` when given, else the model TP; it must have an emitted set (meta.files.sets)."""
+    meta = read_json(run.decisions_json, "the run's decisions (tptune decide writes it)").get("meta", {})
+    sets = sorted(int(k) for k in ((meta.get("files") or {}).get("sets") or {}))
+    chosen = meta.get("model_tp") if tp is None else tp
+    if not isinstance(chosen, int) or chosen < 2:
+        raise ConfigError(str(run.decisions_json), [f"{'meta.model_tp' if tp is None else '--tp'} = {chosen!r}: the "
+                                                    "confirm stage needs a TP of at least 2 (TP overlap has nothing "
+                                                    "to overlap at TP 1)"])
+    if sets and chosen not in sets:
+        raise ConfigError(str(run.decisions_json), [f"TP {chosen} has no emitted set (sets at TP "
+                                                    f"{', '.join(map(str, sets))}): give --tp with one of them"])
+    return chosen
 
 
 def emitted_set(run: RunDir, tp: int) -> Setting:

@@ -15,7 +15,7 @@ from tptune.confirm.defaults import DEFAULTS
 from tptune.confirm.command import ENTRY, LAUNCH_ENV, launch_env, launcher_argv, merged, model_args
 from tptune.confirm.launch import run_launch
 from tptune.confirm.layers import choose_layers, layers_share
-from tptune.confirm.settings import SETTINGS, confirm_settings, model_tp, read_json
+from tptune.confirm.settings import SETTINGS, confirm_settings, confirm_tp, read_json
 from tptune.emit.records import write_record
 from tptune.model.memory import gpu_memory_bytes
 from tptune.model.spec import parse_model
@@ -42,13 +42,13 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
                 iters: int = DEFAULTS["iters"], timeout_s: float = DEFAULTS["timeout_s"],
                 micro_batches: int = DEFAULTS["micro_batches"], max_layers: int = DEFAULTS["max_layers"],
                 seed: int = DEFAULTS["seed"], preset: str | None = None, launcher: str | None = None,
-                gpu_memory: int | None = None, say=print) -> dict:
+                gpu_memory: int | None = None, tp: int | None = None, say=print) -> dict:
     """Run the stage on the run folder ``run_root`` and write its confirm.json; returns the record."""
     t0 = time.monotonic()
     if rounds < 1 or iters < 2:
         raise ValueError(f"rounds {rounds}, iters {iters}: at least 1 round of 2 iterations")
     run = RunDir(Path(run_root))
-    tp = model_tp(run)
+    tp = confirm_tp(run, tp)
     mc = model_config(run)
     timed_from = min(DEFAULTS["timed_from"], iters)
     loss_iters = min(DEFAULTS["loss_iters"], iters)

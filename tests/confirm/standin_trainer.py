@@ -1,0 +1,37 @@
+"""A stand-in for Megatron-LM on GPUs, for CPU tests of the confirm stage's orchestration: takes Megatron's
+argv, prints training-log lines in the exact format of megatron/training/training.py's training_log
+(megatron-core 0.19.2), nothing else. Format-true, not a GPU recording. Its iteration time depends on the
+overlap flags it is given (the set's cfg file, another cfg, none) so the ratios have something to find;
+STANDIN_LOSS_SHIFT (relative) shifts the loss of launches with --tp-comm-overlap, to fail the loss rule;
+STANDIN_FAIL=<setting-cfg-substring> makes a launch whose cfg path contains it exit 1 with a userbuffers assert."""
+import datetime
+import os
+import sys
+
+argv = sys.argv[1:]
+get = lambda flag, d=None: argv[argv.index(flag) + 1] if flag in argv else d
+iters = int(get("--train-iters"))
+seed = int(get("--seed"))
+cfg = get("--tp-comm-overlap-cfg", "")
+fail = os.environ.get("STANDIN_FAIL")
+if fail and fail in cfg:
+    print("[rank0]: AssertionError: userbuffers: ub_comm init failed (stand-in)", flush=True)
+    sys.exit(1)
+ms = 500.0 * (1.0 if not cfg else 0.97 if cfg.endswith(".tp4.yaml") else 0.985)
+shift = float(os.environ.get("STANDIN_LOSS_SHIFT", "0")) if "--tp-comm-overlap" in argv else 0.0
+for i in range(1, iters + 1):
+    t = ms * (1 + 0.002 * ((i * 7 + seed + len(cfg)) % 5)) + (3000 if i == 1 else 0)
+    loss = (11.9 - 0.05 * i) * (1 + shift)
+    grad = 3.5 - 0.02 * i
+    line = f" [{datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f')}]"
+    line += ' iteration {:8d}/{:8d} |'.format(i, iters)
+    line += ' consumed samples: {:12d} |'.format(i * 4)
+    line += ' elapsed time per iteration (ms): {:.1f} |'.format(t)
+    line += f' learning rate: {1e-4:.6E} |'
+    line += f' global batch size: {4:5d} |'
+    line += ' {}: {:.6E} |'.format('lm loss', loss)
+    line += f' loss scale: {1.0:.1f} |'
+    line += f' grad norm: {grad:.3f} |'
+    line += ' number of skipped iterations: {:3d} |'.format(0)
+    line += ' number of nan iterations: {:3d} |'.format(0)
+    print(line, flush=True)
