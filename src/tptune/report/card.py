@@ -26,7 +26,7 @@ LOADABLE_FILES = tuple((key, ALL_FILES[key].format(""), why) for key, why in (
     ("overrides", "Megatron-core `TransformerConfig` fields"),
     ("bridge", "Megatron-Bridge / NeMo 2 `TransformerLayerTPOverlapCfg`"),
     ("ub_cfgs_json", "TE `initialize_ub(ub_cfgs=...)`"),
-    ("chunked_cfg", "the torch backend's chunk counts per GEMM shape")))
+    ("chunked_cfg", "the torch backend's chunk counts per GEMM shape (no framework loads it: docs/loading.md)")))
 LOADABLE = tuple((name, why) for _, name, why in LOADABLE_FILES)
 BLOCK = "block"
 # tptune's own block combinations (decide.layer: tuned_preset, fastest_preset, other_mode_preset): measured
