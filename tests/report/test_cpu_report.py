@@ -152,6 +152,8 @@ def test_every_percentage_above_100_is_defined_where_it_stands(tmp_path):
                   r"([0-9.]+)× its fastest\)", first)
     assert m and float(m.group(1)) > 100 and m.group(2) == f"{1 + float(m.group(1)) / 100:.2f}", first
     assert "| spread of rounds (max/min − 1) |" in report
+    assert re.search(r"wins only by more than about [0-9.]+% \(the margin plus the half-width of a 4-round "
+                     r"interval at that sd\)", first), first
 
 
 def test_fwd_and_bwd_say_why_they_do_not_add_up(tmp_path):

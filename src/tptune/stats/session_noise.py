@@ -118,7 +118,8 @@ def noise_warning(noise: dict[str, dict], margin: float, device: str = "cuda") -
             f"can resolve ({each}: the sd of a per-round log ratio, outlier rounds aside; with "
             f"{n['max_rounds']} rounds a tie resolves within the {margin:.0%} margin only up to "
             f"{limits[worst]:.1%}). There a tie stays undecided (the cheaper setting is kept), and a setting "
-            f"of {worst} wins only by more than about {margin + half:.1%}. " + _remedy(device))
+            f"of {worst} wins only by more than about {margin + half:.1%} (the margin plus the half-width of a "
+            f"{n['max_rounds']}-round interval at that sd). " + _remedy(device))
 
 
 def _remedy(device: str) -> str:
