@@ -78,6 +78,33 @@ rule decide:
         "tptune decide --config {params.cfg} --decisions {input.decisions} > {log} 2>&1"
 
 
+# The confirm stage (docs/confirm.md), opt-in (confirm.enabled): the model TP's set, the best NVIDIA preset and
+# no overlap in Megatron-LM's own training loop, on the node's GPUs; the report reads its confirm.json.
+def confirm_files(wc=None):
+    return [str(R.confirm_json)] if S.confirm.enabled and S.backend == "te" else []
+
+
+rule confirm:
+    output:
+        str(R.confirm_json),
+    input:
+        decisions=str(R.decisions_json),
+        model=MODEL_JSON,
+    params:
+        run_dir=lambda wc, output: os.path.dirname(output[0]),
+        c=S.confirm,
+    resources:
+        gpus=max(S.tp_sizes),
+    log:
+        str(R.log("confirm")),
+    conda:
+        "../envs/tptune.yaml"
+    shell:
+        "tptune confirm {params.run_dir} --rounds {params.c.rounds} --max-layers {params.c.max_layers}"
+        " --iters {params.c.iters} --micro-batches {params.c.micro_batches} --timeout {params.c.timeout_s}"
+        " --exit-zero > {log} 2>&1"
+
+
 rule report:
     output:
         str(R.report_md),
@@ -85,6 +112,7 @@ rule report:
         plan=str(R.plan_parquet),
         measurements=str(R.measurements_parquet),
         decisions=str(R.decisions_json),
+        confirm=confirm_files,
     params:
         cfg=CONFIG_JSON,
         config=RESOLVED_CONFIG,

@@ -129,6 +129,17 @@ class Layer(_Block):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Confirm(_Block):
+    """The confirm stage (tptune.confirm): the answer in Megatron-LM's own training loop, after decide."""
+    enabled: bool = False
+    rounds: int = 3
+    max_layers: int = 4
+    iters: int = 30
+    micro_batches: int = 4
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class LauncherSettings(_Block):
     pool_dir: str | None = None
     case_timeout_s: float | None = None

@@ -15,7 +15,7 @@ from tptune.errors import ConfigError
 from tptune.model.memory import GIB, gpu_memory_bytes, workload_problems
 from tptune.model.memory import config_problems as memory_problems
 from tptune.settings import backend_defaults
-from tptune.settings.blocks import (Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
+from tptune.settings.blocks import (Confirm, Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
                                     Timing, margins_problem, rounds_problem)
 from tptune.settings.schema import problems as schema_problems
 from tptune.model.spec import ModelConfig, load_model
@@ -73,6 +73,7 @@ class Settings:
     search: Search = field(init=False)
     decision: Decision = field(init=False)
     layer: Layer = field(init=False)
+    confirm: Confirm = field(init=False)
     launcher: LauncherSettings = field(init=False)
     hardware: Hardware = field(init=False)
     parallel: Parallel = field(init=False)
@@ -89,6 +90,7 @@ class Settings:
         put("search", Search.from_dict(c.get("search")))
         put("decision", Decision.from_dict(c.get("decision")))
         put("layer", Layer.from_dict(c.get("layer")))
+        put("confirm", Confirm.from_dict(c.get("confirm")))
         put("launcher", LauncherSettings.from_dict(c.get("launcher")))
         put("hardware", Hardware.from_dict(c.get("hardware")))
         put("parallel", Parallel.from_dict(c.get("parallel")))

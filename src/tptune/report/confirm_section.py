@@ -1,0 +1,46 @@
+"""The report's section on the confirm stage (templates/confirm.md.j2), from confirm.json when it exists: a small
+block of its own, placed right after the answer card."""
+from __future__ import annotations
+
+import json
+
+import jinja2
+
+from tptune.records.run_dir import RunDir
+
+ANCHOR = "\n## How it was measured"
+
+
+def _iv(r: dict) -> str:
+    if r.get("lo") is None or r.get("hi") is None or r.get("rounds", 0) < 2:
+        return "no interval: one round"
+    return f"{r['lo']:.3f}, {r['hi']:.3f}"
+
+
+def _loss(c: dict) -> str:
+    v = (c.get("numerics") or {}).get("set") or {}
+    if v.get("ok") is None:
+        return "loss not compared (no round ran the set beside no overlap)"
+    if not v["ok"]:
+        return "**loss differs from no overlap's**"
+    d, n = v["loss"]["difference"], v["loss"]["repeat_noise"]
+    return (f"loss as without overlap (lm loss of iterations 1-{v['iterations']} within {d:.1g} relative; "
+            f"repeat noise {'unmeasured' if n is None else f'{n:.1g}'}, allowed {v['loss']['allowed']:.1g})")
+
+
+def confirm_section(env: jinja2.Environment, run: RunDir) -> str:
+    """The section's markdown, or "" for a run without confirm.json."""
+    if not run.confirm_json.is_file():
+        return ""
+    c = json.loads(run.confirm_json.read_text())
+    return env.get_template("confirm.md.j2").render(
+        c=c, sp=c["ratios"].get("set/preset"), sn=c["ratios"].get("set/none"),
+        preset=c["settings"]["preset"]["label"], share=c.get("layers_share"), loss=_loss(c), iv=_iv)
+
+
+def with_confirm_section(text: str, section: str) -> str:
+    """``text`` (report.md) with ``section`` after the answer card (before "How it was measured")."""
+    if not section:
+        return text
+    i = text.find(ANCHOR)
+    return text + "\n" + section if i < 0 else text[:i + 1] + section + text[i:]
