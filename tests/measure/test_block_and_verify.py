@@ -115,7 +115,7 @@ def _verify(*args, cfg_text=None, tmp_path=None):
     ("proj_fprop: {method: bulk, num_sm: 8}\n", "proj_fprop: method 'bulk' not supported here"),
     ("fc1_dgrad: {method: bulk, num_sm: 4, aggregate: 1}\n", "bulk does not use 'aggregate'"),
     ("fc2_fprop: {method: pipeline, num_sm: 999}\n", "num_sm=999 out of range"),
-    ("- not a mapping\n", "expected a mapping of GEMM name"),
+    ("- not a mapping\n", "expected a mapping of TE GEMM name"),
 ])
 def test_verify_refuses_bad_files_before_running(tmp_path, text, needle):
     p = _verify("--tp", "2", cfg_text=text, tmp_path=tmp_path)
