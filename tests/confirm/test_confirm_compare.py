@@ -34,10 +34,13 @@ def test_a_difference_within_repeat_noise_passes_and_beyond_it_fails():
     assert v["loss"]["ok"] is False and v["ok"] is False and math.isclose(v["loss"]["difference"], 0.01, rel_tol=0.01)
 
 
-def test_one_round_is_judged_against_the_floor_alone():
-    ls = [launch("none", 0, 100, BASE), launch("set", 0, 97, [x * (1 + 5e-5) for x in BASE])]
+def test_one_round_judges_only_a_gross_difference():
+    """One round has no repeat noise: a difference a reduction order makes (4e-4, as the tuned set and NVIDIA's
+    preset each read on 4x H200) is not judged; one beyond GROSS fails."""
+    ls = [launch("none", 0, 100, BASE), launch("set", 0, 97, [x * (1 + 4e-4) for x in BASE])]
     v = numerics(ls, "set", "none", n=3)
-    assert v["loss"]["repeat_noise"] is None and v["loss"]["allowed"] == 1e-4 and v["ok"]
-    ls[1] = launch("set", 0, 97, [x * (1 + 5e-4) for x in BASE])
+    assert v["loss"]["repeat_noise"] is None and v["loss"]["ok"] is None and v["ok"] is None
+    assert v["loss"]["why"].startswith("not judged: one round has no repeat noise")
+    ls[1] = launch("set", 0, 97, [x * (1 + 2e-2) for x in BASE])
     assert numerics(ls, "set", "none", n=3)["ok"] is False
     assert numerics(ls[:1], "set", "none", n=3)["ok"] is None      # never ran beside it: no verdict

@@ -18,7 +18,7 @@ STANDIN = ROOT / "tests" / "confirm" / "standin_trainer.py"
 def test_the_section_says_the_ratio_rounds_loss_and_layers_share(tmp_path):
     dst = tmp_path / "run"
     shutil.copytree(RUN, dst, ignore=shutil.ignore_patterns("sessions", "analysis", "search", "figures", "logs",
-                                                            "*.parquet", "*.csv"))
+                                                            "*.parquet", "*.csv", "confirm", "confirm.json"))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
     assert confirm_section(env, RunDir(dst)) == ""
@@ -29,3 +29,13 @@ def test_the_section_says_the_ratio_rounds_loss_and_layers_share(tmp_path):
     assert "loss as without overlap" in md and "of the set's iteration" in md
     text = with_confirm_section("# r\n\ncard" + ANCHOR + "\n...", md)
     assert text.index("## In Megatron-LM") < text.index(ANCHOR.strip())
+
+
+def test_the_committed_one_round_confirm_says_not_judged():
+    """rep1's confirm.json (one round on 4x H200): no interval, and the loss not judged (no repeat noise), with
+    NVIDIA's preset's own difference beside the set's."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    md = confirm_section(env, RunDir(RUN))
+    assert "[no interval: one round], 1 round (undecided)" in md
+    assert "loss not judged: one round has no repeat noise" in md and "`nvidia_bf16_tp2`'s 0.0004" in md

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tptune.cli.stages import analyze_session, answer, collect
+from tptune.confirm.stage import rederive_confirm
 from tptune.cases import make_case
 from tptune.decide.layer import layer_record, torch_block_choice
 from tptune.decide.tp import memory_floor, tp_step
@@ -114,6 +115,7 @@ def rederive(s, run: RunDir) -> list[str]:
         if rec["winner"] != old.get("winner"):
             notes.append(f"layer TP={old['tp']}: block winner {old.get('winner')} -> {rec['winner']}")
         write_record(lf, rec)
+    rederive_confirm(run)       # the training-loop stage's comparisons, from its recorded launches
     answer(s, run, finals)
     render_report(s, run, run.report_md)
     return notes

@@ -8,7 +8,14 @@ every round both launched, between its value and no overlap's of the same round 
 setting's own, or no overlap's, whichever is larger): what a rerun of unchanged code moves. The setting passes
 when its difference is at most ``factor`` times that noise, or at most ``floor`` (relative), whichever is larger:
 the floor stands for what a different reduction order moves in bf16 training when each setting repeats itself
-bit for bit (noise 0), and for a single round (no repeat, no noise). A difference beyond it fails the setting.
+bit for bit (noise 0). A difference beyond it fails the setting.
+
+A single round has no repeat, so no noise to judge against: the rule then judges nothing (``ok`` None, "not
+judged"), except a difference beyond ``GROSS`` (relative), which no reduction order explains (NVIDIA's TP 2 preset
+under reduce-scatter-dgrad switches corrupts the input gradient by 141%) and fails the setting. On 4x H200
+(Llama-3-70B shapes, 2 layers, one round) the tuned set and NVIDIA's preset each differed from no overlap's lm loss
+by 4e-4 over iterations 1-10 (the loss falls to 0.3 on mock data, so the relative gaps grow), beyond the 1e-4 floor:
+the floor alone cannot tell a reduction order from a defect.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ from tptune.stats.wording import classify_ratio
 LOSS_FACTOR = 3.0
 LOSS_FLOOR = 1e-4          # relative, lm loss
 GRAD_FLOOR = 2e-3          # relative, grad norm (printed to 3 decimals: ~1e-3 of a norm near 1)
+GROSS = 1e-2               # relative: beyond any reduction order; judged even without a repeat
 
 
 def rounds_of(launches: list[dict], setting: str) -> dict[int, float]:
@@ -79,13 +87,20 @@ def numerics(launches: list[dict], setting: str, reference: str, *, n: int, fact
         noises = [x for x in (repeat_noise(launches, setting, key, n), repeat_noise(launches, reference, key, n))
                   if x is not None]
         noise = max(noises) if noises else None
-        allowed = max(floors[key], factor * noise) if noise is not None else floors[key]
+        allowed = max(floors[key], factor * noise) if noise is not None else GROSS
         diff = max(gaps) if gaps else None
-        ok = None if diff is None else diff <= allowed
+        if diff is None:
+            ok = None
+        elif noise is None:     # one round: only a gross difference is judged (module doc)
+            ok = False if diff > GROSS else None
+        else:
+            ok = diff <= allowed
         oks.append(ok)
         out[key] = {"difference": _round(diff), "repeat_noise": _round(noise), "floor": floors[key],
-                    "allowed": _round(allowed), "ok": ok}
-    out["ok"] = None if None in oks else all(oks)
+                    "allowed": _round(allowed), "ok": ok,
+                    "why": "not judged: one round has no repeat noise (only a gross difference fails)"
+                    if noise is None and ok is None and diff is not None else None}
+    out["ok"] = False if False in oks else (None if None in oks else True)
     return out
 
 

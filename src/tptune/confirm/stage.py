@@ -81,6 +81,22 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
     return record
 
 
+def rederive_confirm(run: RunDir) -> dict | None:
+    """confirm.json summarized again from its recorded launches with this code's comparisons (tptune rederive);
+    None for a run without one."""
+    if not run.confirm_json.is_file():
+        return None
+    old = json.loads(run.confirm_json.read_text())
+    record = summarize(old["launches"], settings=old["settings"], tp=old["tp"], layers=old["layers"],
+                       layers_why=old["layers_why"], rounds=old["rounds_planned"], iters=old["iterations"],
+                       timed_from=old["timed_from"], loss_iters=old["loss_iterations"],
+                       micro_batches=old["micro_batches"], seed=old["seed"], margin=old["margin"],
+                       layer_record=_layer_record(run, old["tp"]), command=old["command"])
+    record["wall_s"] = old.get("wall_s")
+    write_record(run.confirm_json, record)
+    return record
+
+
 def _layer_record(run: RunDir, tp: int) -> dict | None:
     p = run.layer_json(tp)
     return json.loads(p.read_text()) if p.is_file() else None
@@ -105,7 +121,7 @@ def summarize(launches: list[dict], *, settings: dict, tp: int, layers: int, lay
         "rounds_planned": rounds,
         "rounds": len({x["round"] for x in launches if x["status"] == "ok"}),
         "margin": margin, "settings": settings, "ratios": ratios, "numerics": numerics,
-        "loss_ok": None if None in (numerics["set"]["ok"],) else numerics["set"]["ok"],
+        "loss_ok": numerics["set"]["ok"],
         "loss_failures": loud, "launch_failures": failed,
         "layers_share": layers_share(layer_record, layers, micro_batches, mid),
         "env": LAUNCH_ENV, "command": command, "launches": launches,

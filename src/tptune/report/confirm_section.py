@@ -19,10 +19,15 @@ def _iv(r: dict) -> str:
 
 def _loss(c: dict) -> str:
     v = (c.get("numerics") or {}).get("set") or {}
-    if v.get("ok") is None:
-        return "loss not compared (no round ran the set beside no overlap)"
-    if not v["ok"]:
+    if v.get("ok") is False:
         return "**loss differs from no overlap's**"
+    if v.get("ok") is None:
+        if (v.get("loss") or {}).get("difference") is None:
+            return "loss not compared (no round ran the set beside no overlap)"
+        p = ((c.get("numerics") or {}).get("preset") or {}).get("loss") or {}
+        ref = "" if p.get("difference") is None else f"; `{c['settings']['preset']['label']}`'s {p['difference']:.1g}"
+        return (f"loss not judged: one round has no repeat noise (lm loss of iterations 1-{v['iterations']} within "
+                f"{v['loss']['difference']:.1g} relative of no overlap's{ref}; only a gross difference fails)")
     d, n = v["loss"]["difference"], v["loss"]["repeat_noise"]
     return (f"loss as without overlap (lm loss of iterations 1-{v['iterations']} within {d:.1g} relative; "
             f"repeat noise {'unmeasured' if n is None else f'{n:.1g}'}, allowed {v['loss']['allowed']:.1g})")
