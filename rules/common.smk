@@ -276,3 +276,8 @@ def scheduled_sessions():
                 if job.rule.name in names and not below_a_checkpoint(job)]
     except Exception:   # Snakemake's DAG is not an API: without it the line counts from the records alone
         return None
+
+
+def confirm_files(wc=None):
+    """The report's confirm.json input where the confirm stage is on (confirm.enabled, te backend; rules/report.smk)."""
+    return [str(R.confirm_json)] if S.confirm.enabled and S.backend == "te" else []

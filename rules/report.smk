@@ -79,11 +79,8 @@ rule decide:
 
 
 # The confirm stage (docs/confirm.md), opt-in (confirm.enabled): the model TP's set, the best NVIDIA preset and
-# no overlap in Megatron-LM's own training loop, on the node's GPUs; the report reads its confirm.json.
-def confirm_files(wc=None):
-    return [str(R.confirm_json)] if S.confirm.enabled and S.backend == "te" else []
-
-
+# no overlap in Megatron-LM's own training loop, on the node's GPUs; the report reads its confirm.json
+# (rules/common.smk confirm_files).
 rule confirm:
     output:
         str(R.confirm_json),
