@@ -45,3 +45,17 @@ def test_a_run_cut_before_a_tp_point(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert f"{run}: proj TP=2 has no TP point session recorded ({run}/sessions/proj/tp2/point/session.json " \
            "is missing): the run was cut before it" in p.stderr, p.stderr
+
+
+def test_new_decisions_that_go_on_to_an_unmeasured_tp(tmp_path):
+    """The CPU default's recorded run measured TP 2 only; re-derived with every TP of tp_sizes explored, the
+    decisions would go on to TP 4: a clear line (before: KeyError 'chosen_tp')."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "cpu" / "tiny-default", run)
+    cfg = json.loads((run / "config.json").read_text())
+    assert sorted(cfg["tp_sizes"]) == [2, 4]
+    cfg["decision"]["explore_all_tps"] = True
+    (run / "config.json").write_text(json.dumps(cfg))
+    p = _rederive(run)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "the new decisions go on to TP=4 after TP=2, which the run did not measure" in p.stderr, p.stderr

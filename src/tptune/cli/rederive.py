@@ -103,7 +103,12 @@ def rederive(s, run: RunDir) -> list[str]:
             dec = tp_step(s, op, tp, dict(points), mem)
             write_record(run.tp_decision(op, tp), dec)
             final = run.tp_decision(op, tp)
-        write_record(run.op_final(op), load.read_json(final))     # as the op_final rule copies it
+        last = load.read_json(final)
+        if "chosen_tp" not in last:     # the new decisions go on to a TP this run never measured
+            raise TptuneError(f"{op}: the new decisions go on to TP={last.get('next')} after TP={last.get('tp')}, "
+                              f"which the run did not measure (it measured {run.searched_tps(op)}); re-measure "
+                              "this run")
+        write_record(run.op_final(op), last)     # as the op_final rule copies it
         finals.append(run.op_final(op))
     for sj in sessions:
         _analysed(run, sj)
