@@ -194,6 +194,9 @@ SETTINGS = [
     ("workload.fp8_emulation", "bf16", False),
     ("gpus_per_node", 4, False), ("faults", {"qkv-tp2-none": "raise:0"}, False),
     ("op_settings", {"fc2": {"timing": {"iters": 4}}}, True),
+    # the confirm stage (Megatron-LM's training loop) runs after decide and measures no session
+    ("confirm.enabled", True, False), ("confirm.rounds", 5, False), ("confirm.iters", 40, False),
+    ("confirm.timeout_s", 200, False), ("confirm.micro_batches", 8, False), ("confirm.max_layers", 3, False),
 ]
 
 
