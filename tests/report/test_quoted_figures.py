@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tptune.errors import TptuneError
 from tptune.records.block_sessions import index, same_pair
 from tptune.records.point_fields import point_median
 from tptune.report.quoted_figures import Figures, generate
@@ -50,6 +51,41 @@ def test_the_cli_check_names_the_copy_that_differs(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert "README.md: rep4.limit_nemo: reads '1.078×', the results give '1.072×'" in r.stderr
+
+
+def _copy_block_files(root: Path) -> dict[str, str]:
+    """Each file results/figures.yaml places a block in, copied under ``root``: {block: file}."""
+    figs = Figures(RESULTS)
+    placed = {name: figs.block_file(name) for name in figs.blocks}
+    for rel in set(placed.values()):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text((ROOT / rel).read_text())
+    return placed
+
+
+def test_a_block_missing_from_its_file_fails_the_check_and_is_not_put_back(tmp_path):
+    placed = _copy_block_files(tmp_path)
+    assert placed and generate(tmp_path, check=True, results=RESULTS) == []
+    name, rel = sorted(placed.items())[0]
+    f = tmp_path / rel
+    text = f.read_text()
+    start, end = text.index(f"<!-- figures:{name} -->\n"), text.index(f"<!-- /figures:{name} -->")
+    f.write_text(text[:start] + text[end + len(f"<!-- /figures:{name} -->"):])   # the block and its markers gone
+    diffs = generate(tmp_path, check=True, results=RESULTS)
+    assert [(d.file, d.figure, d.missing) for d in diffs] == [(rel, f"figures:{name}", True)]
+    assert "no <!-- figures:" in str(diffs[0]) and "figures.yaml places the block in this file" in str(diffs[0])
+    # tptune figures cannot put it back (where it goes is the author's choice): it says so and exits 1
+    before = f.read_text()
+    r = subprocess.run([sys.executable, "-m", "tptune", "figures", "--root", str(tmp_path), "--results", str(RESULTS)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and f"missing: {rel}: figures:{name}" in r.stderr, r.stderr
+    assert f.read_text() == before
+
+
+def test_a_block_without_its_file_is_refused_naming_the_field():
+    figs = Figures(RESULTS, spec={"figures": {}, "blocks": {"proven": "| a | b |\n"}})
+    with pytest.raises(TptuneError, match=r"block proven: expected a mapping with file:"):
+        figs.render_block("proven")
 
 
 def test_pooling_finds_every_session_of_the_same_pair():

@@ -2,9 +2,12 @@
 
 ``results/figures.yaml`` names each quoted figure once: what it is (a kind below), the session(s) it comes
 from and its wording. A Markdown file quotes it between markers, ``<!-- figure:NAME -->...<!-- /figure -->``
-inline, or a whole block of text with ``{NAME}`` placeholders (the README's proven-results table) between
-``<!-- figures:BLOCK -->`` and ``<!-- /figures:BLOCK -->``. ``tptune figures`` rewrites every marked copy;
-``--check`` rewrites nothing and names every copy that differs from what the results give.
+inline, or a whole block of text with ``{NAME}`` placeholders between ``<!-- figures:BLOCK -->`` and
+``<!-- /figures:BLOCK -->``. A block names the file it lives in (``file:``, relative to the repository: the
+README's headline figures, results/README.md's proven-results table) and its ``text:``; a block whose markers
+are missing from its file is a difference too, so moving or deleting one cannot drop its figures unseen.
+``tptune figures`` rewrites every marked copy; ``--check`` rewrites nothing and names every copy that differs
+from what the results give.
 
 Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
   pooled   every block session of the same pair on the same workload and node kind
@@ -53,8 +56,12 @@ class Difference:
     figure: str
     written: str
     computed: str
+    missing: bool = False   # the file does not quote the block at all (its markers are gone)
 
     def __str__(self) -> str:
+        if self.missing:
+            return (f"{self.file}: {self.figure}: no <!-- {self.figure} --> ... <!-- /{self.figure} --> markers "
+                    f"(results/{SPEC} places the block in this file)")
         old, new = self.written.splitlines() or [""], self.computed.splitlines() or [""]
         if len(old) > 1 or len(new) > 1:   # a block: its first line that differs
             i = next((i for i, (o, n) in enumerate(zip(old, new)) if o != n), min(len(old), len(new)))
@@ -162,11 +169,21 @@ class Figures:
         text = fmt.format(**fields)
         return text if "{host}" in fmt else text + host
 
-    def render_block(self, name: str) -> str:
-        template = self.blocks.get(name)
-        if template is None:
+    def block_file(self, name: str) -> str:
+        """The file (relative to the repository) that quotes block ``name``."""
+        return self._block(name)["file"]
+
+    def _block(self, name: str) -> dict:
+        b = self.blocks.get(name)
+        if b is None:
             raise TptuneError(f"{SPEC}: no block named {name!r}")
-        return re.sub(r"\{([\w.-]+)\}", lambda m: self.get(m.group(1)), template)
+        if not isinstance(b, dict) or not isinstance(b.get("file"), str) or not isinstance(b.get("text"), str):
+            raise TptuneError(f"{SPEC}: block {name}: expected a mapping with file: (the Markdown file that quotes "
+                              f"it, relative to the repository) and text: (its template), got {b!r:.80}")
+        return b
+
+    def render_block(self, name: str) -> str:
+        return re.sub(r"\{([\w.-]+)\}", lambda m: self.get(m.group(1)), self._block(name)["text"])
 
 
 def _json_key(path: Path, key: str):
@@ -208,8 +225,9 @@ def generate(root: str | Path, check: bool = False, results: str | Path | None =
     with ``check`` write nothing. Returns the copies that differed (with check: that differ)."""
     root = Path(root)
     figs = Figures(Path(results) if results is not None else root / "results")
+    files = quoting_files(root)
     out = []
-    for f in quoting_files(root):
+    for f in files:
         text = f.read_text()
         if "<!-- figure" not in text:
             continue
@@ -218,4 +236,13 @@ def generate(root: str | Path, check: bool = False, results: str | Path | None =
         out += [Difference(rel, name, old, comp) for name, old, comp in diffs]
         if diffs and not check:
             f.write_text(new)
+    for name in figs.blocks:
+        rel = figs.block_file(name)
+        f = root / rel
+        if f.exists() and f not in files:
+            raise TptuneError(f"{SPEC}: block {name}: {rel} is none of the files tptune figures writes "
+                              "(README.md, results/**/README.md, docs/*.md)")
+        quoted = f.exists() and any(m.group(2) == name for m in BLOCK.finditer(f.read_text()))
+        if not quoted:
+            out.append(Difference(rel, f"figures:{name}", "", "", missing=True))
     return out
