@@ -24,22 +24,36 @@ def test_every_quoted_figure_in_the_committed_tree_is_the_results():
     assert not diffs, "\n".join(map(str, diffs)) + "\n(run `tptune figures` to regenerate them)"
 
 
+def _copy_block_files(root: Path) -> dict[str, str]:
+    """Each file results/figures.yaml places a block in, copied under ``root``: {block: file}."""
+    figs = Figures(RESULTS)
+    placed = {name: figs.block_file(name) for name in figs.blocks}
+    for rel in set(placed.values()):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text((ROOT / rel).read_text())
+    return placed
+
+
 def test_an_edited_copy_fails_the_check_naming_it(tmp_path):
-    text = (ROOT / "README.md").read_text()
-    assert "**1.072×**" in text and "<!-- figures:proven -->" in text
-    (tmp_path / "README.md").write_text(text.replace("**1.072×**", "**1.078×**"))
+    placed = _copy_block_files(tmp_path)
+    assert placed == {"headline": "README.md", "proven": "results/README.md"}
+    readme, table = tmp_path / "README.md", tmp_path / "results" / "README.md"
+    assert "**0.977 [0.975, 0.979]" in readme.read_text() and "**1.072×**" in table.read_text()
+    readme.write_text(readme.read_text().replace("**0.977 [0.975, 0.979]", "**0.977 [0.974, 0.979]"))
+    table.write_text(table.read_text().replace("**1.072×**", "**1.078×**"))
     doc = tmp_path / "docs"
     doc.mkdir()
     (doc / "x.md").write_text("pooled <!-- figure:knobs_x2.nvidia -->0.977 [0.974, 0.980], 22 rounds<!-- /figure -->\n")
     diffs = generate(tmp_path, check=True, results=RESULTS)
     named = {(d.file, d.figure) for d in diffs}
-    assert named == {("README.md", "figures:proven"), ("docs/x.md", "knobs_x2.nvidia")}
-    proven = next(d for d in diffs if d.file == "README.md")
+    assert named == {("README.md", "figures:headline"), ("results/README.md", "figures:proven"),
+                     ("docs/x.md", "knobs_x2.nvidia")}
+    proven = next(d for d in diffs if d.file == "results/README.md")
     assert "1.078×" in str(proven) and "1.072×" in str(proven)
     # without --check the copies are rewritten, and then they pass
     generate(tmp_path, results=RESULTS)
     assert generate(tmp_path, check=True, results=RESULTS) == []
-    assert "**1.072×**" in (tmp_path / "README.md").read_text()
+    assert "**1.072×**" in table.read_text() and "**0.977 [0.975, 0.979]" in readme.read_text()
 
 
 def test_the_cli_check_names_the_copy_that_differs(tmp_path):
@@ -51,16 +65,6 @@ def test_the_cli_check_names_the_copy_that_differs(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 1
     assert "README.md: rep4.limit_nemo: reads '1.078×', the results give '1.072×'" in r.stderr
-
-
-def _copy_block_files(root: Path) -> dict[str, str]:
-    """Each file results/figures.yaml places a block in, copied under ``root``: {block: file}."""
-    figs = Figures(RESULTS)
-    placed = {name: figs.block_file(name) for name in figs.blocks}
-    for rel in set(placed.values()):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text((ROOT / rel).read_text())
-    return placed
 
 
 def test_a_block_missing_from_its_file_fails_the_check_and_is_not_put_back(tmp_path):
