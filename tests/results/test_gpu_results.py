@@ -601,7 +601,7 @@ def test_tp24_rep4_measured_the_blocks_bound_and_wrote_the_faster_combination():
     assert "qkv_dgrad: {method: bulk, num_sm: 8, cga_size: 2, set_sm_margin: true}" in written
     # the answer's per-op line names each op's pick measured alone, so it must say the file holds another
     answer = (TP24 / "rep4" / "report.md").read_text().split("## ")[1]
-    assert "the TP 4 file holds the block-level winner `layer-tp4-ub.fastest_tp4` instead" in answer
+    assert "the TP 4 file holds the block-level winner, tptune's fastest combination, instead" in answer
     assert "holds the block-level winner" not in (TP24 / "rep1" / "report.md").read_text().split("## ")[1]
     # and the figures a user of that file needs: it against each reference, from its block session
     assert "**The file on a 2-layer block at TP 4**: `layer-tp4-ub.fastest_tp4` / reference" in answer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tptune.cases import parse_case_id
+from tptune.cases import CaseIdError, parse_case_id
 from tptune.decide.file_sets import ALL_FILES
 from tptune.model.ops import OPS
 from tptune.stats.bound import burned_in
@@ -17,6 +17,7 @@ from tptune.records.files import write_via_buffer
 from tptune.records.layer_result import decided_layers
 from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
 from tptune.records.sessions import Session, named
+from tptune.te.describe import and_join, describe_setting
 
 # What a run writes for users to load, in the order a user reaches for them: decisions.json's key for the
 # file (meta["files"]["sets"][tp]["files"]), its unsuffixed name (the copy of the default set), what loads it.
@@ -32,6 +33,8 @@ BLOCK = "block"
 # tptune's own block combinations (decide.layer: tuned_preset, fastest_preset, other_mode_preset): measured
 # beside the presets but never one of them
 OWN_COMBINATIONS = re.compile(r"ub\.(tuned|fastest|tuned_other_dgrad)_tp\d+")
+OWN_NAMES = {"tuned": "the tuned combination", "fastest": "tptune's fastest combination",
+             "tuned_other_dgrad": "the tuned combination in the other dgrad mode"}
 
 
 def _ratio(r: Ratio | None) -> dict | None:
@@ -126,7 +129,40 @@ def _model_tp_reason(meta: dict) -> str:
     return "the only TP size that could be decided"
 
 
-def _block(meta: dict, margin: float) -> dict | None:
+def _holds(case_id: str | None, run: RunDir) -> tuple[str | None, str | None]:
+    """(what a block setting is called, its settings in words): tptune's own combinations by role, with their
+    settings from the run's presets/; a named preset, TE's defaults or no overlap by name alone."""
+    if not case_id:
+        return None, None
+    variant = parse_case_id(case_id).variant_id
+    own = OWN_COMBINATIONS.fullmatch(variant)
+    words = describe_setting(case_id, presets_dir=[run.presets])
+    return (OWN_NAMES[own[1]], words) if own else (words, None)
+
+
+def _ops_words(ops: dict[str, dict]) -> str:
+    """The per-op settings in words, ops with the same setting at the same TP together, one sentence each (a
+    setting's own parts are separated by semicolons): "qkv and fc1: ring exchange for every GEMM, reduce-scatter
+    inside dgrad. proj and fc2: ring exchange for every GEMM"."""
+    groups: dict[tuple, list[str]] = {}
+    for op, o in ops.items():
+        groups.setdefault((o["tp"], o["words"]), []).append(op)
+    one_tp = len({tp for tp, _ in groups}) == 1
+    return ". ".join(f"{and_join(names)}{'' if one_tp else f' at TP {tp}'}: {words}"
+                     for (tp, words), names in groups.items())
+
+
+def _op_words(config: dict, op: str) -> str:
+    """An op's chosen setting in words (decisions.json's config: its variant and, for userbuffers, its entries);
+    "no TP" and "not measured" as recorded."""
+    variant = config.get("variant")
+    try:
+        return describe_setting(variant, op=op, ub_cfgs=config.get("ub_cfgs"))
+    except (CaseIdError, ValueError):
+        return str(variant)
+
+
+def _block(meta: dict, margin: float, run: RunDir) -> dict | None:
     """The layer stage at the model TP: what the file holds and the tuned block against each
     reference, pooled over every session that measured the pair where the run has several."""
     rec = decided_layers(meta).get(str(meta.get("model_tp")))
@@ -160,7 +196,9 @@ def _block(meta: dict, margin: float) -> dict | None:
                  and row.get("status") in (None, "ok") and row.get("median_ms")]
     unproven = sum((r.get("host_batches") or {}).get("failed", 0) for r in rec.settings)
     batches = sum((r.get("host_batches") or {}).get("batches", 0) for r in rec.settings)
+    holds, holds_words = _holds(rec.winner, run)
     return {"tp": rec.tp, "winner": rec.winner, "tuned": rec.tuned, "reason": rec.reason,
+            "holds": holds, "holds_words": holds_words,
             "numerics_failed": rec.numerics_failed, "references": refs, "best_preset": best, "own": own,
             "presets": presets, "rounds": rec.rounds, "host_failed": unproven, "host_batches": batches,
             "numerics_failed_settings": [r["case"] for r in rec.settings if r.get("correct") is False],
@@ -244,12 +282,14 @@ def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
         flags = " ".join(ln.strip() for ln in flags_file.read_text().splitlines()
                          if ln.strip() and not ln.lstrip().startswith("#"))
     efficiency, no_efficiency = _efficiency(decisions)
-    block = _block(meta, margin)
+    block = _block(meta, margin, run)
     no_tp = meta.get("model_tp") == 1
+    ops = {op: {"tp": rec["tp"], "variant": (rec.get("config") or {}).get("variant"),
+                "words": _op_words(rec.get("config") or {}, op)} for op, rec in decisions["ops"].items()}
+    tps = {o["tp"] for o in ops.values()}
     return {"no_tp": no_tp, "files": files, "load": files["load"], "flags": flags, "model_tp": meta.get("model_tp"),
             "tp_reason": _model_tp_reason(meta),
-            "ops": {op: {"tp": rec["tp"], "variant": (rec.get("config") or {}).get("variant")}
-                    for op, rec in decisions["ops"].items()},
+            "ops": ops, "ops_words": _ops_words(ops), "ops_tp": next(iter(tps)) if len(tps) == 1 else None,
             "ops_note": s.ops_note if s.ops_note and tuple(s.ops) != OPS else None,
             "block": block, "layer_tps": sorted(int(tp) for tp in decided_layers(meta)),
             "efficiency": efficiency, "no_efficiency": no_efficiency,

@@ -314,10 +314,19 @@ def _measured_with(sessions: list[dict]) -> list[dict]:
     return out
 
 
+def driver_words(raw) -> str:
+    """The driver version as nvidia-smi gives it (one line per GPU), said once: "driver 580.159.04"; where the GPUs
+    differ, each GPU's on one line."""
+    versions = [v.strip() for v in str(raw or "").splitlines() if v.strip()]
+    if len(set(versions)) <= 1:
+        return f"driver {versions[0] if versions else '?'}"
+    return "drivers " + ", ".join(f"GPU {i} {v}" for i, v in enumerate(versions))
+
+
 def _environment(s: Settings) -> jinja2.Environment:
     env_t = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True)
-    env_t.filters.update(numerics=_numerics, fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
+    env_t.filters.update(driver=driver_words, numerics=_numerics, fmt=_fmt, pct=_pct, pct_fine=_pct_fine, ratio=_ratio,
                          words=lambda r: classify_ratio(r, s.decision.noise_floor),
                          efficiency=lambda d: Efficiency.from_dict(d).shown() if d else "–")
     return env_t
