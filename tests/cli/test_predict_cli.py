@@ -66,5 +66,5 @@ def test_a_dry_run_prints_the_prediction_and_writes_nothing(tmp_path, pool_dir):
                        env={**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"})
     assert p.returncode == 0, p.stderr[-3000:]
     lines = [x for x in (p.stdout + p.stderr).splitlines() if "predicted wall time on this node" in x]
-    assert len(lines) == 1 and "rough: CPU backend" in lines[0]
+    assert len(lines) == 1 and "worker slots; rough: costed as on GPUs" in lines[0] and "at most" in lines[0]
     assert not (tmp_path / "outputs").exists()

@@ -48,6 +48,7 @@ class WallEstimate:
     basis: str
     rough: bool
     notes: list[str] = field(default_factory=list)
+    explores_all: bool = True       # decision.explore_all_tps: every TP counted is measured
 
     def as_record(self) -> dict:
         """wall_predicted.json (keys other tools read: gpus, sessions_planned, predicted_wall_s, basis, per_tp)."""
@@ -65,8 +66,11 @@ class WallEstimate:
 
     def line(self) -> str:
         tps = ", ".join(f"TP {tp} {d['sessions']}" for tp, d in self.per_tp.items())
-        return (f"predicted wall time on this node ({self.gpus} GPUs): {self.predicted_wall_s:.0f} s for "
-                f"{len(self.sessions)} planned sessions ({tps})" + (" (rough: CPU backend)" if self.rough else ""))
+        where = (f"{self.gpus} GPUs" if not self.rough else
+                 f"{self.gpus} worker slots; rough: costed as on GPUs, the CPU backend's rounds run longer")
+        upper = "" if self.explores_all else ", at most: the TP decision may stop earlier"
+        return (f"predicted wall time on this node ({where}): {self.predicted_wall_s:.0f} s for "
+                f"{len(self.sessions)} planned sessions ({tps}{upper})")
 
 
 def _flat_point(case: str) -> dict:
@@ -167,4 +171,5 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) ->
              f"{len(table['runs'])} committed GPU runs (tptune/data/wall_fit.json), laid on {gpus} GPUs"
              + ("; rough: CPU backend" if rough else ""))
     return WallEstimate(gpus=gpus, predicted_wall_s=table["outside_s"] + sched.span_s, sessions=planned,
-                        per_tp=sched.per_tp(), basis=basis, rough=rough, notes=notes)
+                        per_tp=sched.per_tp(), basis=basis, rough=rough, notes=notes,
+                        explores_all=bool(s.decision.explore_all_tps))
