@@ -144,3 +144,30 @@ def test_pooled_figures_with_host_ahead_rounds_carry_no_note(name, expected):
 def test_a_pooled_figure_with_host_behind_rounds_says_so():
     got = Figures(RESULTS).get("fp8_tp4.nvidia")
     assert got.endswith("; includes host-behind rounds (9 of 15 batches)")
+
+
+def test_the_kinds_a_run_readme_quotes_read_the_committed_records():
+    spec = {"figures": {
+        "first3": {"kind": "pooled", "session": "tp24-llama3-70b-h200x4/rep1/sessions/layer/tp4", "a": "ub.tuned_tp4",
+                   "b": "ub.nemo_tp4_recipe", "only": [f"tp24-llama3-70b-h200x4/rep{i}/sessions/layer/tp4" for i in (1, 2, 3)]},
+        "all": {"kind": "pooled", "session": "tp24-llama3-70b-h200x4/rep1/sessions/layer/tp4", "a": "ub.tuned_tp4",
+                "b": "ub.nemo_tp4_recipe"},
+        "bound": {"kind": "median", "session": REP4_TP4, "a": "nocomm"},
+        "bound_first": {"kind": "median", "session": REP4_TP4, "a": "nocomm", "burn_in": "keep"},
+        "limit_first": {"kind": "limit", "session": REP4_TP4, "a": "ub.nemo_tp4", "burn_in": "keep"},
+        "rule": {"kind": "value", "file": "tp24-llama3-70b-h200x4/rep1/decisions.json",
+                 "key": "meta.model_tp_evidence.1", "format": "{value[time_to_ms]:.3f} ≤ {value[bound_ms]:.3f}"},
+        "account": {"kind": "account", "session": REP4_TP4, "format": "{bound_ms:.3f} {left_ms:.3f} {ref[ub.nemo_tp4][limit]:.3f}"},
+        "no_such": {"kind": "pooled", "session": REP4_TP4, "a": "ub.tuned_tp4", "b": "ub.nemo_tp4",
+                    "only": ["tp24-llama3-70b-h200x4/rep2/sessions/layer/tp2"]},
+    }}
+    figs = Figures(RESULTS, spec=spec)
+    assert figs.get("first3") == "0.978 [0.974, 0.982], 9 rounds pooled over 3 sessions"
+    assert figs.get("all").endswith("11 rounds pooled over 4 sessions")
+    assert (figs.get("bound"), figs.get("bound_first"), figs.get("limit_first")) == ("38.926 ms", "38.704 ms", "1.078×")
+    assert figs.get("rule") == "16.709 ≤ 18.154"
+    # the account is the report's: its bound without the burn-in round, the limit the table quotes
+    assert figs.get("account") == "38.926 1.500 1.072"
+    assert "40.427) hides **61% [9, 100]** of that\nexposed time on the block; 1.500 ms stay above the bound" in (RESULTS / "tp24-llama3-70b-h200x4/rep4/report.md").read_text()
+    with pytest.raises(TptuneError, match=r"figure no_such: only: .*measured no"):
+        figs.get("no_such")

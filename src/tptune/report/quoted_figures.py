@@ -15,12 +15,21 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            own paired interval. Where the pooled rounds include batches whose host never got ahead of the GPU
            the wording says so, always (the figure then holds host launch time, not GPU time alone).
   session  a / b over the rounds of one session only (e.g. "the best session alone").
+           ``only:`` (a list of block sessions) restricts the pool to those sessions (e.g. "the first three
+           runs alone").
   limit    a setting's block time over the block's own no-communication bound (medians; the bound without
-           its burn-in round, stats.bound).
+           its burn-in round, stats.bound), or over setting ``b:``; ``burn_in: keep`` keeps the bound's first
+           round (to quote the figure as first measured beside the corrected one).
+  median   a setting's block median in ms (``ms``; the bound without its burn-in round unless ``burn_in: keep``).
+  account  the block account of a block session's run and TP (report.block_account, as the report prints
+           it): its fields (none_ms, written_ms, bound_ms, exposed_ms, ops_exposed_ms, hidden_shown, left_ms,
+           in_ops_ms, block_only_ms, gain_ms = −block_only_ms), ``left[OP]`` (ms an op's pick leaves above its bound, all layers) and
+           ``ref[VARIANT]`` (``limit``, ``shown``: a reference's time over the bound and the share it hides).
   hidden   the share of the block's exposed communication a setting hides (stats.efficiency, paired rounds,
            the bound without its burn-in round).
   efficiency  an Efficiency recorded in a JSON file (decisions.json meta.model_efficiency): as reports print it.
-  value    a number read from a file (wall_s.txt) or a JSON key, with a Python format.
+  value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
+           Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]").
 Fields a ratio's wording can use: ratio lo hi rounds sessions over (" pooled over N sessions" or "") x x_lo
 x_hi (b / a, "× faster") words (stats.wording) host (the host-behind note, "" when none).
 """
@@ -34,6 +43,7 @@ from pathlib import Path
 import yaml
 
 from tptune.errors import TptuneError
+from tptune.report.block_account import block_account
 from tptune.records.block_sessions import BlockSession, index, same_pair
 from tptune.records.point_fields import point_median
 from tptune.stats.bound import burned_in, is_bound
@@ -79,11 +89,11 @@ def _case(bs: BlockSession, variant: str) -> str:
     return variant if variant.startswith("layer-") else f"layer-tp{tp}-{variant}"
 
 
-def _point(bs: BlockSession, case: str) -> dict:
+def _point(bs: BlockSession, case: str, keep_burn_in: bool = False) -> dict:
     p = bs.session.points.get(case)
     if p is None:
         raise TptuneError(f"{bs.rel}: no member {case} (it has {', '.join(sorted(bs.session.points))})")
-    return burned_in(p) if is_bound(case) else p
+    return burned_in(p) if is_bound(case) and not keep_burn_in else p
 
 
 class Figures:
@@ -127,9 +137,16 @@ class Figures:
             return self._ratio(d, pooled=kind == "pooled")
         if kind == "limit":
             bs = self._session(d["session"])
-            bound = next(c for c in bs.session.points if is_bound(c))
-            limit = point_median(_point(bs, _case(bs, d["a"]))) / point_median(_point(bs, bound))
+            b = _case(bs, d["b"]) if d.get("b") else next(c for c in bs.session.points if is_bound(c))
+            keep = d.get("burn_in") == "keep"
+            limit = point_median(_point(bs, _case(bs, d["a"]))) / point_median(_point(bs, b, keep))
             return d.get("format", "{limit}×").format(limit=_f3(limit))
+        if kind == "median":
+            bs = self._session(d["session"])
+            ms = point_median(_point(bs, _case(bs, d["a"]), d.get("burn_in") == "keep"))
+            return d.get("format", "{ms:.3f} ms").format(ms=ms)
+        if kind == "account":
+            return d["format"].format(**self._account(d["session"]))
         if kind == "hidden":
             bs = self._session(d["session"])
             tp = json.loads(bs.scope)["tp"]
@@ -145,10 +162,32 @@ class Figures:
             return d.get("format", "{value}").format(value=v)
         raise ValueError(f"kind {kind!r} is none of pooled, session, limit, hidden, efficiency, value")
 
+    def _account(self, rel: str) -> dict:
+        """The block account (report.block_account) of block session ``rel``'s run at its TP."""
+        own = self._session(rel)
+        run, sep, _ = own.rel.partition("/sessions/layer/")
+        if not sep:
+            raise ValueError(f"{rel}: not a run's block session (<run>/sessions/layer/tp<N>)")
+        tp = json.loads(own.scope)["tp"]
+        mine = {int(json.loads(s.scope)["tp"]): s.session for s in self.sessions
+                if s.rel.startswith(run + "/sessions/layer/")}
+        acc = next((a for a in block_account(json.loads((self.results / run / "decisions.json").read_text()), mine)
+                    if a["tp"] == int(tp)), None)
+        if acc is None:
+            raise ValueError(f"{run}: no block account at TP {tp} (report.block_account gives none)")
+        return {**acc, "left": {o["op"]: acc["num_layers"] * o["left_ms"] for o in acc["ops"]},
+                "ref": {r["variant"]: r for r in acc["references"]}, "gain_ms": -acc["block_only_ms"]}
+
     def _ratio(self, d: dict, pooled: bool) -> str:
         own = self._session(d["session"])
         a, b = _case(own, d["a"]), _case(own, d["b"])
         pairs = same_pair(self.sessions, own.rel, a, b) if pooled else [(own, a, b)]
+        if d.get("only"):
+            only = set(d["only"])
+            missing = only - {s.rel for s, _, _ in pairs}
+            if missing:
+                raise ValueError(f"only: {sorted(missing)} measured no {a} / {b} of the same pair")
+            pairs = [x for x in pairs if x[0].rel in only]
         blocks = [(s.rel, point_rounds(_point(s, ca)), point_rounds(_point(s, cb))) for s, ca, cb in pairs]
         p = pooled_ratio(blocks) if pooled else None
         r = p if p is not None else paired_ratio(blocks[0][1], blocks[0][2])
@@ -189,7 +228,7 @@ class Figures:
 def _json_key(path: Path, key: str):
     v = json.loads(path.read_text())
     for k in key.split("."):
-        v = v[k]
+        v = v[int(k)] if isinstance(v, list) else v[k]
     return v
 
 
