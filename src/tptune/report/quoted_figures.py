@@ -15,12 +15,14 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            own paired interval. Where the pooled rounds include batches whose host never got ahead of the GPU
            the wording says so, always (the figure then holds host launch time, not GPU time alone).
   session  a / b over the rounds of one session only (e.g. "the best session alone").
+  op       a / b over the rounds of one op session (``session: <run>/sessions/<op>/tp<N>/<name>``, e.g. the TP
+           point); ``chosen`` names the op's pick (decisions.json ``ops.<op>.winner``).
            ``only:`` (a list of block sessions) restricts the pool to those sessions (e.g. "the first three
            runs alone").
   limit    a setting's block time over the block's own no-communication bound (medians; the bound without
            its burn-in round, stats.bound), or over setting ``b:``; ``burn_in: keep`` keeps the bound's first
            round (to quote the figure as first measured beside the corrected one).
-  median   a setting's block median in ms (``ms``; the bound without its burn-in round unless ``burn_in: keep``).
+  median   a setting's block (or op session's) median in ms (``ms``; the bound without its burn-in round unless ``burn_in: keep``).
   account  the block account of a block session's run and TP (report.block_account, as the report prints
            it): its fields (none_ms, written_ms, bound_ms, exposed_ms, ops_exposed_ms, hidden_shown, left_ms,
            in_ops_ms, block_only_ms, gain_ms = −block_only_ms), ``left[OP]`` (ms an op's pick leaves above its bound, all layers) and
@@ -39,6 +41,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
@@ -46,6 +49,7 @@ from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
 from tptune.records.block_sessions import BlockSession, index, same_pair
 from tptune.records.point_fields import point_median
+from tptune.records.sessions import load_session
 from tptune.stats.bound import burned_in, is_bound
 from tptune.stats.efficiency import Efficiency, op_efficiency
 from tptune.stats.host_evidence import summary as host_summary
@@ -135,6 +139,8 @@ class Figures:
         kind = d["kind"]
         if kind in ("pooled", "session"):
             return self._ratio(d, pooled=kind == "pooled")
+        if kind == "op":
+            return self._ratio(d, pooled=False, op=True)
         if kind == "limit":
             bs = self._session(d["session"])
             b = _case(bs, d["b"]) if d.get("b") else next(c for c in bs.session.points if is_bound(c))
@@ -142,8 +148,13 @@ class Figures:
             limit = point_median(_point(bs, _case(bs, d["a"]))) / point_median(_point(bs, b, keep))
             return d.get("format", "{limit}×").format(limit=_f3(limit))
         if kind == "median":
-            bs = self._session(d["session"])
-            ms = point_median(_point(bs, _case(bs, d["a"]), d.get("burn_in") == "keep"))
+            if "/sessions/layer/" in d["session"]:
+                bs = self._session(d["session"])
+                case = _case(bs, d["a"])
+            else:   # an op session
+                bs, run, op = self._op_session(d["session"])
+                case = self._op_case(run, op, d["session"].split("/")[-2], d["a"])
+            ms = point_median(_point(bs, case, d.get("burn_in") == "keep"))
             return d.get("format", "{ms:.3f} ms").format(ms=ms)
         if kind == "account":
             return d["format"].format(**self._account(d["session"]))
@@ -178,9 +189,26 @@ class Figures:
         return {**acc, "left": {o["op"]: acc["num_layers"] * o["left_ms"] for o in acc["ops"]},
                 "ref": {r["variant"]: r for r in acc["references"]}, "gain_ms": -acc["block_only_ms"]}
 
-    def _ratio(self, d: dict, pooled: bool) -> str:
-        own = self._session(d["session"])
-        a, b = _case(own, d["a"]), _case(own, d["b"])
+    def _op_session(self, rel: str) -> tuple[SimpleNamespace, str, str]:
+        run, sep, rest = rel.partition("/sessions/")
+        parts = rest.split("/")
+        if not sep or len(parts) != 3 or not parts[1].startswith("tp"):
+            raise ValueError(f"{rel}: not an op session (<run>/sessions/<op>/tp<N>/<name>)")
+        return SimpleNamespace(rel=rel, session=load_session(self.results / rel)), run, parts[0]
+
+    def _op_case(self, run: str, op: str, tp: str, variant: str) -> str:
+        if variant == "chosen":
+            return _json_key(self.results / run / "decisions.json", f"ops.{op}.winner.case")
+        return f"{op}-{tp}-{variant}"
+
+    def _ratio(self, d: dict, pooled: bool, op: bool = False) -> str:
+        if op:
+            own, run, name = self._op_session(d["session"])
+            tp = d["session"].split("/")[-2]
+            a, b = self._op_case(run, name, tp, d["a"]), self._op_case(run, name, tp, d["b"])
+        else:
+            own = self._session(d["session"])
+            a, b = _case(own, d["a"]), _case(own, d["b"])
         pairs = same_pair(self.sessions, own.rel, a, b) if pooled else [(own, a, b)]
         if d.get("only"):
             only = set(d["only"])
