@@ -158,6 +158,10 @@ def test_the_kinds_a_run_readme_quotes_read_the_committed_records():
         "rule": {"kind": "value", "file": "tp24-llama3-70b-h200x4/rep1/decisions.json",
                  "key": "meta.model_tp_evidence.1", "format": "{value[time_to_ms]:.3f} ≤ {value[bound_ms]:.3f}"},
         "account": {"kind": "account", "session": REP4_TP4, "format": "{bound_ms:.3f} {left_ms:.3f} {ref[ub.nemo_tp4][limit]:.3f}"},
+        "op_point": {"kind": "op", "session": "knobs-llama3-70b-x2/sessions/qkv/tp2/point", "a": "chosen",
+                     "b": "ub.nvidia_bf16_tp2"},
+        "op_verify": {"kind": "op", "session": "rs-dgrad-x2/emitted/sessions/qkv/tp2", "a": "ub.user1", "b": "ub.user2",
+                      "format": "{ratio} [{lo}, {hi}]"},
         "no_such": {"kind": "pooled", "session": REP4_TP4, "a": "ub.tuned_tp4", "b": "ub.nemo_tp4",
                     "only": ["tp24-llama3-70b-h200x4/rep2/sessions/layer/tp2"]},
     }}
@@ -169,5 +173,8 @@ def test_the_kinds_a_run_readme_quotes_read_the_committed_records():
     # the account is the report's: its bound without the burn-in round, the limit the table quotes
     assert figs.get("account") == "38.926 1.500 1.072"
     assert "40.427) hides **61% [9, 100]** of that\nexposed time on the block; 1.500 ms stay above the bound" in (RESULTS / "tp24-llama3-70b-h200x4/rep4/report.md").read_text()
+    # an op's pick (decisions.json) against a preset in its TP point; a tptune verify op session
+    assert figs.get("op_point") == "0.976 [0.955, 0.997], 6 rounds"
+    assert figs.get("op_verify") == "0.973 [0.967, 0.979]"
     with pytest.raises(TptuneError, match=r"figure no_such: only: .*measured no"):
         figs.get("no_such")

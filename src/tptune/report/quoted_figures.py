@@ -15,8 +15,8 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            own paired interval. Where the pooled rounds include batches whose host never got ahead of the GPU
            the wording says so, always (the figure then holds host launch time, not GPU time alone).
   session  a / b over the rounds of one session only (e.g. "the best session alone").
-  op       a / b over the rounds of one op session (``session: <run>/sessions/<op>/tp<N>/<name>``, e.g. the TP
-           point); ``chosen`` names the op's pick (decisions.json ``ops.<op>.winner``).
+  op       a / b over the rounds of one op session (``session: <run>/sessions/<op>/tp<N>[/<name>]``, e.g. a
+           tuning run's TP point or a ``tptune verify`` op session); ``chosen`` names the op's pick (decisions.json ``ops.<op>.winner``).
            ``only:`` (a list of block sessions) restricts the pool to those sessions (e.g. "the first three
            runs alone").
   limit    a setting's block time over the block's own no-communication bound (medians; the bound without
@@ -153,7 +153,7 @@ class Figures:
                 case = _case(bs, d["a"])
             else:   # an op session
                 bs, run, op = self._op_session(d["session"])
-                case = self._op_case(run, op, d["session"].split("/")[-2], d["a"])
+                case = self._op_case(run, op, d["session"].split("/sessions/")[1].split("/")[1], d["a"])
             ms = point_median(_point(bs, case, d.get("burn_in") == "keep"))
             return d.get("format", "{ms:.3f} ms").format(ms=ms)
         if kind == "account":
@@ -192,8 +192,8 @@ class Figures:
     def _op_session(self, rel: str) -> tuple[SimpleNamespace, str, str]:
         run, sep, rest = rel.partition("/sessions/")
         parts = rest.split("/")
-        if not sep or len(parts) != 3 or not parts[1].startswith("tp"):
-            raise ValueError(f"{rel}: not an op session (<run>/sessions/<op>/tp<N>/<name>)")
+        if not sep or len(parts) not in (2, 3) or not parts[1].startswith("tp"):
+            raise ValueError(f"{rel}: not an op session (<run>/sessions/<op>/tp<N>[/<name>])")
         return SimpleNamespace(rel=rel, session=load_session(self.results / rel)), run, parts[0]
 
     def _op_case(self, run: str, op: str, tp: str, variant: str) -> str:
@@ -204,7 +204,7 @@ class Figures:
     def _ratio(self, d: dict, pooled: bool, op: bool = False) -> str:
         if op:
             own, run, name = self._op_session(d["session"])
-            tp = d["session"].split("/")[-2]
+            tp = d["session"].split("/sessions/")[1].split("/")[1]
             a, b = self._op_case(run, name, tp, d["a"]), self._op_case(run, name, tp, d["b"])
         else:
             own = self._session(d["session"])
