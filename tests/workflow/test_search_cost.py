@@ -13,7 +13,9 @@ CHUNKS = [2, 4, 8, 16]
 
 
 def _run(workdir, pool, mode):
-    cfg = base_config(pool, run=f"cost-{mode}", ops=["fc1"], tp_sizes=[2], search={"mode": mode, "chunks": CHUNKS})
+    # the search's cost is the subject: no layer stage (it measures the same block after either search)
+    cfg = base_config(pool, run=f"cost-{mode}", ops=["fc1"], tp_sizes=[2], search={"mode": mode, "chunks": CHUNKS},
+                      layer={"enabled": False})
     cfg["model"] = "config/models/tiny.yaml"
     (workdir / f"{mode}.yaml").write_text(yaml.safe_dump(cfg))
     p = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", f"{mode}.yaml"],
