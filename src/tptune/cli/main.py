@@ -22,6 +22,7 @@ from tptune.cli.wall import add_predict_parser, write_plan_estimate
 from tptune.emit.records import write_record
 from tptune.emit.tables import write_table
 from tptune.errors import TptuneError
+from tptune.measure import console
 from tptune.measure.preflight import resolve_here
 from tptune.records import load
 from tptune.records.run_dir import SESSION_JSON, RunDir
@@ -677,21 +678,10 @@ def _interrupt_on_signals() -> None:
         signal.signal(sig, interrupt)
 
 
-CONSOLE_FD = 3   # the workflow's jobs open it on Snakemake's own stderr (Snakefile: shell.prefix)
-
-
 def _say(line: str) -> None:
-    """One line to stderr; where that fails (the job's log is on the full disk), to the console fd the
-    workflow's jobs hold, so the line is not lost with the log."""
-    try:
-        print(line, file=sys.stderr, flush=True)
-        return
-    except OSError:
-        pass
-    try:
-        os.write(CONSOLE_FD, (line + "\n").encode())
-    except OSError:
-        pass
+    """One line to stderr; where that fails (the job's log is on the full disk), to the console the
+    workflow's jobs hold (measure.console), so the line is not lost with the log."""
+    console.say(line, log_first=True)
 
 
 if __name__ == "__main__":

@@ -223,11 +223,3 @@ def run_config(run: RunDir) -> dict:
         raise TptuneError(f"{run.config_json}: no such file (expected the run's config.json)") from None
     except (OSError, ValueError) as exc:
         raise TptuneError(f"{run.config_json}: not a run's config.json ({exc})") from None
-
-
-def wall_s(run: RunDir) -> float | None:
-    """wall_s.txt's seconds, or None where it is missing or not a number."""
-    try:
-        return float(run.wall_s_txt.read_text().strip())
-    except (OSError, ValueError):
-        return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from tptune.records.progress import measured_wall_s
 from tptune.errors import TptuneError
 from tptune.records.run_dir import RunDir
 from tptune.schedule import measured as ms
@@ -150,7 +151,7 @@ def predict(run: RunDir, gpus: int | None = None, tp_sizes: list[int] | None = N
     measured_gaps = ms.gaps(sessions, node_gpus)
     gap_s = {k: measured_gaps.estimate(k, 0.0 if k == "first" else table["gaps_s"][k]) for k in ms.EDGES}
 
-    wall = ms.wall_s(run)
+    wall = measured_wall_s(run)
     measured_span = ms.span(sessions)
     if wall is not None and wall >= measured_span:
         outside, basis = wall - measured_span, "the run's wall_s.txt minus its sessions' span"

@@ -16,6 +16,7 @@ import statistics
 from importlib import resources
 from pathlib import Path
 
+from tptune.records.progress import measured_wall_s
 from tptune.errors import TptuneError
 from tptune.records.run_dir import RunDir
 from tptune.schedule import measured as ms
@@ -39,7 +40,7 @@ def fitted_runs(results: Path) -> tuple[list[tuple[RunDir, list[ms.MeasuredSessi
     used, skipped = [], []
     for wall_txt in sorted(Path(results).glob("**/wall_s.txt")):
         run = RunDir(wall_txt.parent)
-        wall = ms.wall_s(run)
+        wall = measured_wall_s(run)
         rel = wall_txt.parent.relative_to(results).as_posix()
         try:
             sessions = ms.read_sessions(run)
