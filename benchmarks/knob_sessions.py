@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tptune.search import knob_search  # noqa: E402
 from tptune.cases import parse_case_id  # noqa: E402
-from tptune.search.knobs import plan_next, plan_result  # noqa: E402
+from tptune.search.knobs import plan_result  # noqa: E402
 from tptune.te.methods import grid_size  # noqa: E402
 from tptune.te.ubcfg import case_ub_cfgs  # noqa: E402
 from tptune.measure.preflight import resolve_here  # noqa: E402
@@ -41,13 +41,8 @@ def moving(op: str, cfgs: dict) -> float:
 
 def count(s, op: str, tp: int, model) -> tuple:
     plan = knob_search.planner_args(s, op, tp)
-    measured = {}
-    while (sess := plan_next(op, tp, measured=measured, **plan)) is not None:
-        measured[sess.label] = {}
-        for cid in sess.members:
-            t = model(op, case_ub_cfgs(parse_case_id(cid), workload=plan["workload"]))
-            measured[sess.label][cid] = {"case": cid, "status": "ok", "timing": {"total_ms": {
-                "median": t, "rounds": [t * f for f in ROUNDS], "round_ids": list(range(len(ROUNDS)))}}}
+    _, measured = knob_search.walk(
+        s, op, tp, lambda cid: model(op, case_ub_cfgs(parse_case_id(cid), workload=plan["workload"])), ROUNDS)
     res = plan_result(op, tp, measured=measured, **plan)
     grid = grid_size(op, tp, plan["references"][res.reference], plan["config"], plan["workload"])
     return res, grid

@@ -21,7 +21,7 @@ from tptune.schedule import measured as ms
 from tptune.schedule.simulate import Job, Node, simulate
 from tptune.schedule.wall_fit import load_table, member_round_s
 from tptune.search import knob_search, steps
-from tptune.search.knobs import plan_next, plan_result
+from tptune.search.knobs import plan_result
 from tptune.settings.resolve import Settings
 
 MAX_STEPS = 200            # a search that plans more steps than this (it never should) stops being counted
@@ -74,18 +74,13 @@ class WallEstimate:
 
 
 def _flat_point(case: str) -> dict:
-    return {"case": case, "status": "ok", "timing": {"total_ms": {
-        "median": 10.0, "rounds": [10.0 * f for f in _ROUNDS], "round_ids": list(range(len(_ROUNDS)))}}}
+    return knob_search.synthetic_point(case, 10.0, _ROUNDS)
 
 
 def _knob_search(s: Settings, op: str, tp: int) -> tuple[list[int], list[dict]]:
     """Members per step of the knob search over a flat landscape, and its result as the point reads it."""
-    plan = knob_search.planner_args(s, op, tp)
-    measured, sizes = {}, []
-    while len(sizes) < MAX_STEPS and (sess := plan_next(op, tp, measured=measured, **plan)) is not None:
-        measured[sess.label] = {c: _flat_point(c) for c in sess.members}
-        sizes.append(len(sess.members))
-    res = plan_result(op, tp, measured=measured, **plan)
+    sizes, measured = knob_search.walk(s, op, tp, lambda case: 10.0, _ROUNDS, max_steps=MAX_STEPS)
+    res = plan_result(op, tp, measured=measured, **knob_search.planner_args(s, op, tp))
     return sizes, [{"dim": knob_search.DIM, "best_case": res.case, "alternative": res.alternative}]
 
 

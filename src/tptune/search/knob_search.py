@@ -43,6 +43,25 @@ def planner_args(s: Settings, op: str, tp: int) -> dict:
             "workload": s.model.workload.ub_rules, "floor": floor, "win": win}
 
 
+def synthetic_point(case: str, ms: float, rounds) -> dict:
+    """A measured point of ``case`` at ``ms`` a round times each of ``rounds`` (one drift shared by a
+    session's members), for stepping the search without measuring."""
+    return {"case": case, "status": "ok", "timing": {"total_ms": {
+        "median": ms, "rounds": [ms * f for f in rounds], "round_ids": list(range(len(rounds)))}}}
+
+
+def walk(s: Settings, op: str, tp: int, time_of, rounds, max_steps: int | None = None) -> tuple[list[int], dict]:
+    """The knob search of (op, TP) stepped over synthetic measurements (``time_of(case_id)`` ms; no GPU):
+    the members of each session it plans, at most ``max_steps``, and what the planner measured."""
+    plan = planner_args(s, op, tp)
+    measured, sizes = {}, []
+    while (max_steps is None or len(sizes) < max_steps) and (
+            sess := plan_next(op, tp, measured=measured, **plan)) is not None:
+        measured[sess.label] = {c: synthetic_point(c, time_of(c), rounds) for c in sess.members}
+        sizes.append(len(sess.members))
+    return sizes, measured
+
+
 def first_session(s: Settings, op: str, tp: int) -> Session:
     return plan_next(op, tp, measured={}, **planner_args(s, op, tp))
 
