@@ -30,6 +30,14 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
   hidden   the share of the block's exposed communication a setting hides (stats.efficiency, paired rounds,
            the bound without its burn-in round).
   efficiency  an Efficiency recorded in a JSON file (decisions.json meta.model_efficiency): as reports print it.
+  run_cost where run ``run:``'s time went (records.run_cost; benchmarks/run_cost.py prints it): wall_s,
+           member_rounds, held_s (what the members held), per_mr_s, window_per_mr_s (per member-round),
+           op[OP][member_rounds|held_s|steps], sessions, steps|points|blocks (sessions of each kind) and
+           steps_s|points_s|blocks_s (their seconds), span_s, idle_s (inside the span, no session ran),
+           outside_s (wall_s − span_s), gap_s (the median gap before a session on its GPUs), group_start_s
+           (the worker-group starts inside sessions, their members' connect_s), no_search_s (what the run
+           would spend at its own costs measuring no search step: its points and blocks, its group starts,
+           outside_s and one gap_s before each point and block).
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
            Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]").
 Fields a ratio's wording can use: ratio lo hi rounds sessions over (" pooled over N sessions" or "") x x_lo
@@ -49,7 +57,10 @@ from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
 from tptune.records.block_sessions import BlockSession, index, same_pair
 from tptune.records.point_fields import point_median
+from tptune.records.run_cost import run_cost
+from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
+from tptune.schedule.measured import read_sessions
 from tptune.stats.bound import burned_in, is_bound
 from tptune.stats.efficiency import Efficiency, op_efficiency
 from tptune.stats.host_evidence import summary as host_summary
@@ -131,7 +142,7 @@ class Figures:
                 raise TptuneError(f"{SPEC}: no figure named {name!r}")
             try:
                 self._done[name] = self._compute(d)
-            except (KeyError, ValueError, OSError) as e:
+            except (KeyError, ValueError, OSError, TypeError) as e:
                 raise TptuneError(f"{SPEC}: figure {name}: {e}") from e
         return self._done[name]
 
@@ -167,11 +178,14 @@ class Figures:
         if kind == "efficiency":
             e = Efficiency.from_dict(_json_key(self.results / d["file"], d["key"]))
             return d.get("format", "{hidden}").format(hidden=e.shown())
+        if kind == "run_cost":
+            return d["format"].format(**self._run_cost(d["run"]))
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v)
-        raise ValueError(f"kind {kind!r} is none of pooled, session, limit, hidden, efficiency, value")
+        raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
+                         "run_cost, value")
 
     def _account(self, rel: str) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP."""
@@ -188,6 +202,28 @@ class Figures:
             raise ValueError(f"{run}: no block account at TP {tp} (report.block_account gives none)")
         return {**acc, "left": {o["op"]: acc["num_layers"] * o["left_ms"] for o in acc["ops"]},
                 "ref": {r["variant"]: r for r in acc["references"]}, "gain_ms": -acc["block_only_ms"]}
+
+    def _run_cost(self, run: str) -> dict:
+        """Where run ``run``'s time went (records.run_cost, benchmarks/run_cost.py prints the same), flat."""
+        res = run_cost(self.results / run)
+        tl, total = res["timeline"], res["ops"].get("all")
+        if tl is None or total is None:
+            raise ValueError(f"{run}: no session timeline or no measured member (run_cost needs both)")
+        k = tl["kinds"]
+        fields = {"wall_s": res["wall_s"], "member_rounds": total["member_rounds"], "held_s": total["held_s"],
+                  "per_mr_s": total["held_s"] / total["member_rounds"],
+                  "window_per_mr_s": (total["window"] / total["member_rounds"]) if total["window"] is not None else None,
+                  "op": {op: {**g, "steps": tl["steps_per_op"].get(op, 0)} for op, g in res["ops"].items()},
+                  "sessions": sum(v["sessions"] for v in k.values()),
+                  **{kind: v["sessions"] for kind, v in k.items()}, **{f"{kind}_s": v["s"] for kind, v in k.items()},
+                  "span_s": tl["span_s"], "idle_s": tl["idle_s"], "gap_s": tl["gap_s"],
+                  "outside_s": res["wall_s"] - tl["span_s"] if res["wall_s"] is not None else None}
+        starts = [x.start_s for x in read_sessions(RunDir(self.results / run)) if x.group_starts]
+        fields["group_start_s"] = sum(starts) if None not in starts else None   # None: a start's seconds unrecorded
+        parts = (k["points"]["s"], k["blocks"]["s"], fields["group_start_s"], fields["outside_s"], tl["gap_s"])
+        fields["no_search_s"] = (None if None in parts else
+                                 sum(parts[:4]) + (k["points"]["sessions"] + k["blocks"]["sessions"]) * tl["gap_s"])
+        return fields
 
     def _op_session(self, rel: str) -> tuple[SimpleNamespace, str, str]:
         run, sep, rest = rel.partition("/sessions/")
