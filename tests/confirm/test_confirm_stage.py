@@ -63,3 +63,26 @@ def test_a_failed_launch_is_recorded_and_the_rest_goes_on(tmp_path):
     assert bad[0]["failure"]["kind"] == "userbuffers" and "ub_comm init failed" in bad[0]["failure"]["lines"][0]
     assert rec["ratios"]["set/preset"] is None and rec["ratios"]["set/none"]["rounds"] == 2
     assert "launch failed: preset round 0: userbuffers" in p.stderr
+
+
+def test_a_machine_that_cannot_run_the_stage_says_why_and_the_workflows_rule_goes_on(tmp_path):
+    """This CPU host has no CUDA GPU (and, unless tests/confirm's parser check put it on the path, no
+    megatron.training): `tptune confirm` refuses with the reasons and writes nothing; with --exit-zero (the
+    workflow's rule: the stage is on by default with te) confirm.json says why and the report shows it."""
+    run = _copy(tmp_path)
+    before = json.loads((run / "confirm.json").read_text())
+    cmd = [sys.executable, "-m", "tptune", "confirm", str(run), "--rounds", "1"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 2 and "cannot run on this machine" in p.stderr and "TP 4 needs 4" in p.stderr
+    assert json.loads((run / "confirm.json").read_text()) == before          # a recorded stage is not lost
+    (run / "confirm.json").unlink()
+    p = subprocess.run(cmd + ["--exit-zero"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads((run / "confirm.json").read_text())
+    assert "0 CUDA GPUs here; TP 4 needs 4" in rec["not_run"] and "launches" not in rec
+    p = subprocess.run([sys.executable, "-m", "tptune", "rederive", str(run)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    report = (run / "report.md").read_text()
+    assert "## In Megatron-LM's training loop\n\nNot confirmed: the confirm stage cannot run on this machine" in report

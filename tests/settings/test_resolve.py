@@ -72,11 +72,13 @@ def test_backend_dependent_defaults(pool_dir):
     defaults = load_config_files(ROOT / "config" / "config.yaml")
     assert backend_defaults.auto_fields(defaults) == ["search.mode", "timing.warmup", "timing.iters",
                                                       "timing.min_rounds", "decision.explore_all_tps",
-                                                      "launcher.idle_timeout_s", "search.te_presets"]
+                                                      "launcher.idle_timeout_s", "confirm.enabled",
+                                                      "search.te_presets"]
     cpu = resolve_here(dict(defaults, launcher={**defaults["launcher"], "pool_dir": str(pool_dir)}))
     assert cpu.backend == "torch" and cpu.search.mode == "bisect" and cpu.search.te_presets == ["nemo_tp4"]
     assert (cpu.timing.warmup, cpu.timing.iters, cpu.timing.min_rounds, cpu.timing.max_rounds) == (2, 5, 3, 4)
     assert cpu.decision.explore_all_tps is False and cpu.launcher.idle_timeout_s == 30
+    assert cpu.confirm.enabled is False
 
     te_cfg = dict(defaults, backend="te", hardware={"gpu_memory_gb": 79.1},
                   model=str(ROOT / "config" / "models" / "llama3-70b.yaml"), tp_sizes=[2, 4],
@@ -85,6 +87,7 @@ def test_backend_dependent_defaults(pool_dir):
     assert te.search.mode == "knobs" and te.search.te_presets == ["nemo_tp4", "nvidia_bf16_tp2"]
     assert (te.timing.warmup, te.timing.iters, te.timing.min_rounds, te.timing.max_rounds) == (3, 10, 2, 4)
     assert te.decision.explore_all_tps is True and te.launcher.idle_timeout_s == 300
+    assert te.confirm.enabled is True
     assert (te.op("fc2").timing.min_rounds, te.op("fc2").timing.max_rounds) == (2, 6)
     own = resolve_here(dict(te_cfg, search={**defaults["search"], "mode": "bisect"},
                             timing={**defaults["timing"], "min_rounds": 3}), check_hardware=False)

@@ -38,17 +38,27 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "ran under Megatron's default switches)")
     p.add_argument("--launcher", help="the command before Megatron's arguments, {nproc} {port} {entry} {python} "
                    "filled in (default: python -m torch.distributed.run on this node)")
-    p.add_argument("--exit-zero", action="store_true", help="exit 0 even when the set's loss differs (the "
-                   "workflow's rule: confirm.json and the report say it)")
+    p.add_argument("--exit-zero", action="store_true", help="exit 0 even when the set's loss differs or the stage "
+                   "cannot run here (the workflow's rule: confirm.json and the report say it)")
     return p
 
 
 def run(a: argparse.Namespace) -> int:
+    from tptune.confirm.available import ConfirmUnavailable, not_run_record
     from tptune.confirm.stage import run_confirm
+    from tptune.emit.records import write_record
 
-    rec = run_confirm(a.run_dir, rounds=a.rounds, layers=a.layers, iters=a.iters, timeout_s=a.timeout,
-                      micro_batches=a.micro_batches, max_layers=a.max_layers, seed=a.seed, preset=a.preset,
-                      launcher=a.launcher, tp=a.tp)
+    try:
+        rec = run_confirm(a.run_dir, rounds=a.rounds, layers=a.layers, iters=a.iters, timeout_s=a.timeout,
+                          micro_batches=a.micro_batches, max_layers=a.max_layers, seed=a.seed, preset=a.preset,
+                          launcher=a.launcher, tp=a.tp)
+    except ConfirmUnavailable as exc:
+        if not a.exit_zero:
+            raise
+        # the workflow's rule (the stage is on by default with te): the report says why, the run goes on
+        write_record(RunDir(a.run_dir).confirm_json, not_run_record(a.tp, str(exc)))
+        print(f"tptune confirm: {exc}; {RunDir(a.run_dir).confirm_json} says so", file=sys.stderr)
+        return 0
     r = rec["ratios"].get("set/preset")
     print(f"confirm: {RunDir(a.run_dir).confirm_json} ({rec['wall_s']:.0f} s)")
     if r:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tptune.confirm import compare
+from tptune.confirm import available, compare
 from tptune.confirm.defaults import DEFAULTS
 from tptune.confirm.command import ENTRY, LAUNCH_ENV, launch_env, launcher_argv, merged, model_args
 from tptune.confirm.launch import run_launch
@@ -49,6 +49,7 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
         raise ValueError(f"rounds {rounds}, iters {iters}: at least 1 round of 2 iterations")
     run = RunDir(Path(run_root))
     tp = confirm_tp(run, tp)
+    available.check(tp, own_launcher=launcher is not None)
     mc = model_config(run)
     timed_from = min(DEFAULTS["timed_from"], iters)
     loss_iters = min(DEFAULTS["loss_iters"], iters)
@@ -87,6 +88,8 @@ def rederive_confirm(run: RunDir) -> dict | None:
     if not run.confirm_json.is_file():
         return None
     old = json.loads(run.confirm_json.read_text())
+    if "not_run" in old:
+        return old
     record = summarize(old["launches"], settings=old["settings"], tp=old["tp"], layers=old["layers"],
                        layers_why=old["layers_why"], rounds=old["rounds_planned"], iters=old["iterations"],
                        timed_from=old["timed_from"], loss_iters=old["loss_iterations"],

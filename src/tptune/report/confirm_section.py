@@ -38,6 +38,8 @@ def confirm_section(env: jinja2.Environment, run: RunDir) -> str:
     if not run.confirm_json.is_file():
         return ""
     c = json.loads(run.confirm_json.read_text())
+    if "not_run" in c:
+        return f"## In Megatron-LM's training loop\n\nNot confirmed: {c['not_run']}.\n"
     return env.get_template("confirm.md.j2").render(
         c=c, sp=c["ratios"].get("set/preset"), sn=c["ratios"].get("set/none"),
         preset=c["settings"]["preset"]["label"], share=c.get("layers_share"), loss=_loss(c), iv=_iv)

@@ -20,6 +20,7 @@ BY_BACKEND: dict[tuple[str, str], dict[str, object]] = {
     ("timing", "min_rounds"): {"te": 2, "torch": 3},
     ("decision", "explore_all_tps"): {"te": True, "torch": False},
     ("launcher", "idle_timeout_s"): {"te": 300, "torch": 30},
+    ("confirm", "enabled"): {"te": True, "torch": False},
 }
 # NVIDIA's presets a te run is measured beside (ops and block), by dtype; the torch backend measures none
 # of them but records the one name it always has.

@@ -134,7 +134,7 @@ class Confirm(_Block):
     enabled: bool = False
     rounds: int = 3
     max_layers: int = 4
-    iters: int = 30
+    iters: int = 20
     micro_batches: int = 4
     timeout_s: float = 300.0
 
