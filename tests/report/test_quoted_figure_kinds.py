@@ -40,3 +40,42 @@ def test_run_cost_of_a_2_gpu_run_sums_what_a_run_without_search_would_spend():
     assert (points, block, start, steps, mr) == ("64.7", "38.0", "19.7", "9", "80")
     # the first fast run started no worker group (one was warm): the gap before its sessions ~4 s
     assert figs.get("first") == "4.1 0"
+
+
+def test_host_gives_a_settings_launch_time_against_its_gpu_time_and_the_sessions_host_behind_batches():
+    block = "knobs-mixtral-8x7b-h200x2/sessions/layer/tp2"
+    figs = _figs(op={"kind": "host", "session": "knobs-mixtral-8x7b-h200x2/sessions/qkv/tp2/point", "a": "chosen",
+                     "format": "{host_ms:.4f} {gpu_ms:.4f} {failed}"},
+                 block={"kind": "host", "session": block, "a": "ub.tuned_tp2", "format": "{host_ms:.4f} {ms:.2f} {failed} {batches}"})
+    session = json.loads((RESULTS / block / "session.json").read_text())
+    tuned = json.loads((RESULTS / block / session["runs"]["layer-tp2-ub.tuned_tp2"]).read_text())
+    batches = [b for rel in session["runs"].values()
+               for b in json.loads((RESULTS / block / rel).read_text())["host"]["batches"]]
+    assert figs.get("block") == f"{tuned['host']['host_ms']:.4f} 34.35 15 15"
+    assert sum(b["host_ahead"] is False for b in batches) == len(batches) == 15
+    chosen = json.loads((RESULTS / "knobs-mixtral-8x7b-h200x2/decisions.json").read_text())["ops"]["qkv"]["winner"]["case"]
+    point = RESULTS / "knobs-mixtral-8x7b-h200x2/sessions/qkv/tp2/point"
+    rec = json.loads((point / json.loads((point / "session.json").read_text())["runs"][chosen]).read_text())["host"]
+    assert figs.get("op") == f"{rec['host_ms']:.4f} {rec['gpu_ms']:.4f} 0"
+    readme = (RESULTS / "knobs-mixtral-8x7b-h200x2/README.md").read_text()
+    assert "<!-- figure:mixtral.qkv_host -->1.6 ms against 0.54 ms<!-- /figure -->" in readme
+
+
+def test_numerics_takes_each_tensors_largest_error_over_the_settings_of_its_files():
+    files = ["qwen3-30b-a3b-h200x4-tp4/layer/tp4.json"]
+    figs = _figs(all={"kind": "numerics", "files": files, "format": "{output:.4f} {input_grad:.4f} {weight_grads:.4f} {min:.4f} {passed}/{settings}"},
+                 tuned={"kind": "numerics", "files": files, "a": "ub.tuned_tp4", "format": "{max:.4f}"})
+    settings = json.loads((RESULTS / files[0]).read_text())["settings"]
+    ratio = {t: [st["numerics"]["summary"][t]["l2_ratio"] for st in settings] for t in ("output", "input_grad", "weight_grads")}
+    assert figs.get("all") == (f"{max(ratio['output']):.4f} {max(ratio['input_grad']):.4f} {max(ratio['weight_grads']):.4f} "
+                               f"{min(min(v) for v in ratio.values()):.4f} {len(settings)}/{len(settings)}")
+    tuned = next(st for st in settings if st["variant"] == "ub.tuned_tp4")["numerics"]["summary"]
+    assert figs.get("tuned") == f"{max(v['l2_ratio'] for v in tuned.values()):.4f}"
+    assert "(<!-- figure:qwen3_tp4.numerics -->≤ 1.01× / 1.02×" in (RESULTS / "qwen3-30b-a3b-h200x4-tp4/README.md").read_text()
+
+
+def test_the_accounts_ops_share_is_the_ops_exposed_time_over_the_written_block():
+    figs = _figs(s={"kind": "account", "session": "knobs-mixtral-8x7b-h200x2/sessions/layer/tp2",
+                    "format": "{ops_exposed_ms:.6f} {written_ms:.6f} {ops_share:.6f}"})
+    exposed, written, share = map(float, figs.get("s").split())
+    assert abs(share - exposed / written) < 1e-5 and f"{share:.1%}" == "1.9%"

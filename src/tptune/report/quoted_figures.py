@@ -25,11 +25,18 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
   median   a setting's block (or op session's) median in ms (``ms``; the bound without its burn-in round unless ``burn_in: keep``).
   account  the block account of a block session's run and TP (report.block_account, as the report prints
            it): its fields (none_ms, written_ms, bound_ms, exposed_ms, ops_exposed_ms, hidden_shown, left_ms,
-           in_ops_ms, block_only_ms, gain_ms = −block_only_ms), ``left[OP]`` (ms an op's pick leaves above its bound, all layers) and
+           in_ops_ms, block_only_ms, gain_ms = −block_only_ms, ops_share = ops_exposed_ms / written_ms),
+           ``left[OP]`` (ms an op's pick leaves above its bound, all layers) and
            ``ref[VARIANT]`` (``limit``, ``shown``: a reference's time over the bound and the share it hides).
   hidden   the share of the block's exposed communication a setting hides (stats.efficiency, paired rounds,
            the bound without its burn-in round).
   efficiency  an Efficiency recorded in a JSON file (decisions.json meta.model_efficiency): as reports print it.
+  host     setting ``a``'s host launch time against its GPU time in a block or op session (run.json
+           host: host_ms, gpu_ms; ms its median), and the session's timed batches (batches) and those whose
+           host never got ahead after every attempt (failed), every member's (stats.host_evidence).
+  numerics the block numerics of ``files:`` (layer/tp<N>.json), setting ``a:`` or every setting: each
+           tensor's error over no overlap's, its largest (output, input_grad, weight_grads), the smallest
+           and largest over every tensor (min, max), the settings (settings) and those that passed (passed).
   run_cost where run ``run:``'s time went (records.run_cost; benchmarks/run_cost.py prints it): wall_s,
            member_rounds, held_s (what the members held), per_mr_s, window_per_mr_s (per member-round),
            op[OP][member_rounds|held_s|steps], sessions, steps|points|blocks (sessions of each kind) and
@@ -178,6 +185,10 @@ class Figures:
         if kind == "efficiency":
             e = Efficiency.from_dict(_json_key(self.results / d["file"], d["key"]))
             return d.get("format", "{hidden}").format(hidden=e.shown())
+        if kind == "host":
+            return d["format"].format(**self._host(d["session"], d["a"]))
+        if kind == "numerics":
+            return d["format"].format(**self._numerics(d["files"], d.get("a")))
         if kind == "run_cost":
             return d["format"].format(**self._run_cost(d["run"]))
         if kind == "value":
@@ -185,7 +196,7 @@ class Figures:
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "run_cost, value")
+                         "host, numerics, run_cost, value")
 
     def _account(self, rel: str) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP."""
@@ -201,7 +212,50 @@ class Figures:
         if acc is None:
             raise ValueError(f"{run}: no block account at TP {tp} (report.block_account gives none)")
         return {**acc, "left": {o["op"]: acc["num_layers"] * o["left_ms"] for o in acc["ops"]},
-                "ref": {r["variant"]: r for r in acc["references"]}, "gain_ms": -acc["block_only_ms"]}
+                "ref": {r["variant"]: r for r in acc["references"]}, "gain_ms": -acc["block_only_ms"],
+                "ops_share": acc["ops_exposed_ms"] / acc["written_ms"]}
+
+    def _member(self, rel: str, variant: str):
+        """(the session, the member's case) of setting ``variant`` in block or op session ``rel``."""
+        if "/sessions/layer/" in rel:
+            bs = self._session(rel)
+            return bs, _case(bs, variant)
+        bs, run, op = self._op_session(rel)
+        return bs, self._op_case(run, op, rel.split("/sessions/")[1].split("/")[1], variant)
+
+    def _host(self, rel: str, variant: str) -> dict:
+        """Setting ``variant``'s host launch time against its GPU time in session ``rel`` (run.json host), and
+        the session's timed batches whose host never got ahead (stats.host_evidence), every member's."""
+        bs, case = self._member(rel, variant)
+        host = _host_record(_point(bs, case))
+        if host.get("host_ms") is None or host.get("gpu_ms") is None:
+            raise ValueError(f"{rel}: {case} records no host launch time (host.host_ms, host.gpu_ms)")
+        summaries = [host_summary(p) for p in bs.session.points.values()]
+        return {"host_ms": host["host_ms"], "gpu_ms": host["gpu_ms"], "ms": point_median(_point(bs, case)),
+                "batches": sum(x["batches"] for x in summaries), "failed": sum(x["failed"] for x in summaries)}
+
+    def _numerics(self, files: list[str], variant: str | None) -> dict:
+        """The block numerics of ``files`` (layer/tp<N>.json): each tensor's error over no overlap's (l2_ratio)
+        for setting ``variant`` (every setting without it): per tensor its largest, and the smallest and
+        largest over every tensor; ``passed`` / ``settings`` the settings whose check passed."""
+        ratios: dict[str, list[float]] = {}
+        settings = passed = 0
+        for rel in files:
+            for st in json.loads((self.results / rel).read_text())["settings"]:
+                if variant is not None and st.get("variant") != variant:
+                    continue
+                num = st.get("numerics") or {}
+                if not num.get("summary"):
+                    raise ValueError(f"{rel}: setting {st.get('variant')} has no numerics summary")
+                settings += 1
+                passed += bool(num.get("ok"))
+                for tensor, v in num["summary"].items():
+                    ratios.setdefault(tensor, []).append(v["l2_ratio"])
+        if not settings:
+            raise ValueError(f"{files}: no setting {variant!r} with numerics")
+        every = [x for v in ratios.values() for x in v]
+        return {**{t: max(v) for t, v in ratios.items()}, "min": min(every), "max": max(every),
+                "settings": settings, "passed": passed}
 
     def _run_cost(self, run: str) -> dict:
         """Where run ``run``'s time went (records.run_cost, benchmarks/run_cost.py prints the same), flat."""
@@ -287,6 +341,11 @@ class Figures:
 
     def render_block(self, name: str) -> str:
         return re.sub(r"\{([\w.-]+)\}", lambda m: self.get(m.group(1)), self._block(name)["text"])
+
+
+def _host_record(point) -> dict:
+    """A member's run.json ``host`` record (its launch time against its GPU time, its batches)."""
+    return (point.get("host") if isinstance(point, dict) else point.host) or {}
 
 
 def _json_key(path: Path, key: str):
