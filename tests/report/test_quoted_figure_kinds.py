@@ -79,3 +79,20 @@ def test_the_accounts_ops_share_is_the_ops_exposed_time_over_the_written_block()
                     "format": "{ops_exposed_ms:.6f} {written_ms:.6f} {ops_share:.6f}"})
     exposed, written, share = map(float, figs.get("s").split())
     assert abs(share - exposed / written) < 1e-5 and f"{share:.1%}" == "1.9%"
+
+
+def test_the_account_of_a_block_session_measured_apart_takes_its_medians_and_the_runs_ops():
+    """fp8-current's block2/ has no decisions.json: the run's op decisions, block2's block medians."""
+    run, b2 = "fp8-current-llama3-70b-h200x4-tp4", "fp8-current-llama3-70b-h200x4-tp4/block2/sessions/layer/tp4"
+    fmt = "{bound_ms:.4f} {written_ms:.4f} {left_ms:.4f} {in_ops_ms:.4f} {block_only_ms:.4f}"
+    figs = _figs(b2={"kind": "account", "session": b2, "decisions": f"{run}/decisions.json", "format": fmt},
+                 run={"kind": "account", "session": f"{run}/sessions/layer/tp4", "format": fmt},
+                 bound={"kind": "median", "session": b2, "a": "nocomm", "format": "{ms:.4f}"},
+                 tuned={"kind": "median", "session": b2, "a": "ub.tuned_tp4", "format": "{ms:.4f}"})
+    bound, written, left, in_ops, block_only = map(float, figs.get("b2").split())
+    assert (f"{bound:.4f}", f"{written:.4f}") == (figs.get("bound"), figs.get("tuned"))
+    assert abs(left - (written - bound)) < 2e-4 and abs(block_only - (left - in_ops)) < 2e-4
+    assert in_ops == float(figs.get("run").split()[3])          # the ops' side is the run's
+    assert figs.get("run").split()[0] != figs.get("b2").split()[0]   # the run's own block had no finite bound
+    text = (RESULTS / run / "README.md").read_text()
+    assert f"<!-- figure:fp8c_tp4.b2_account -->{left:.3f} ms<!-- /figure -->" in text

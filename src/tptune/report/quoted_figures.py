@@ -27,13 +27,18 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            it): its fields (none_ms, written_ms, bound_ms, exposed_ms, ops_exposed_ms, hidden_shown, left_ms,
            in_ops_ms, block_only_ms, gain_ms = −block_only_ms, ops_share = ops_exposed_ms / written_ms),
            ``left[OP]`` (ms an op's pick leaves above its bound, all layers) and
-           ``ref[VARIANT]`` (``limit``, ``shown``: a reference's time over the bound and the share it hides).
+           ``ref[VARIANT]`` (``limit``, ``shown``: a reference's time over the bound and the share it hides);
+           ``decisions:`` names the run's decisions.json for a block session measured apart (a run's block2/):
+           the ops' side (ops_exposed_ms, in_ops_ms, left[OP]) is the run's, the block's (none_ms, bound_ms,
+           written_ms, exposed_ms, left_ms, block_only_ms) this session's medians, the bound without its
+           burn-in round; references (ref) and hidden_shown stay the run's and are not quoted from it.
   hidden   the share of the block's exposed communication a setting hides (stats.efficiency, paired rounds,
            the bound without its burn-in round).
   efficiency  an Efficiency recorded in a JSON file (decisions.json meta.model_efficiency): as reports print it.
   host     setting ``a``'s host launch time against its GPU time in a block or op session (run.json
            host: host_ms, gpu_ms; ms its median), and the session's timed batches (batches) and those whose
-           host never got ahead after every attempt (failed), every member's (stats.host_evidence).
+           host never got ahead after every attempt (failed), every member's (stats.host_evidence); the
+           setting's own: own_batches, own_failed.
   numerics the block numerics of ``files:`` (layer/tp<N>.json), setting ``a:`` or every setting: each
            tensor's error over no overlap's, its largest (output, input_grad, weight_grads), the smallest
            and largest over every tensor (min, max), the settings (settings) and those that passed (passed).
@@ -175,7 +180,7 @@ class Figures:
             ms = point_median(_point(bs, case, d.get("burn_in") == "keep"))
             return d.get("format", "{ms:.3f} ms").format(ms=ms)
         if kind == "account":
-            return d["format"].format(**self._account(d["session"]))
+            return d["format"].format(**self._account(d["session"], d.get("decisions")))
         if kind == "hidden":
             bs = self._session(d["session"])
             tp = json.loads(bs.scope)["tp"]
@@ -198,8 +203,10 @@ class Figures:
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
                          "host, numerics, run_cost, value")
 
-    def _account(self, rel: str) -> dict:
-        """The block account (report.block_account) of block session ``rel``'s run at its TP."""
+    def _account(self, rel: str, decisions: str | None = None) -> dict:
+        """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``
+        (a decisions.json under results/) for a block session measured apart from the run that wrote its
+        files (a run's block2/: the run's decisions, this session's block)."""
         own = self._session(rel)
         run, sep, _ = own.rel.partition("/sessions/layer/")
         if not sep:
@@ -207,10 +214,17 @@ class Figures:
         tp = json.loads(own.scope)["tp"]
         mine = {int(json.loads(s.scope)["tp"]): s.session for s in self.sessions
                 if s.rel.startswith(run + "/sessions/layer/")}
-        acc = next((a for a in block_account(json.loads((self.results / run / "decisions.json").read_text()), mine)
+        dec = self.results / (decisions or f"{run}/decisions.json")
+        acc = next((a for a in block_account(json.loads(dec.read_text()), mine)
                     if a["tp"] == int(tp)), None)
         if acc is None:
             raise ValueError(f"{run}: no block account at TP {tp} (report.block_account gives none)")
+        if decisions:   # the ops' side is the run's; the block's medians are this session's (bound without burn-in)
+            med = {v: point_median(_point(own, _case(own, v))) for v in ("none", "nocomm", acc["written"])}
+            acc = {**acc, "none_ms": med["none"], "bound_ms": med["nocomm"], "written_ms": med[acc["written"]],
+                   "exposed_ms": med["none"] - med["nocomm"], "left_ms": med[acc["written"]] - med["nocomm"],
+                   "bound_measured": True}
+            acc["block_only_ms"] = acc["left_ms"] - acc["in_ops_ms"]
         return {**acc, "left": {o["op"]: acc["num_layers"] * o["left_ms"] for o in acc["ops"]},
                 "ref": {r["variant"]: r for r in acc["references"]}, "gain_ms": -acc["block_only_ms"],
                 "ops_share": acc["ops_exposed_ms"] / acc["written_ms"]}
@@ -231,7 +245,9 @@ class Figures:
         if host.get("host_ms") is None or host.get("gpu_ms") is None:
             raise ValueError(f"{rel}: {case} records no host launch time (host.host_ms, host.gpu_ms)")
         summaries = [host_summary(p) for p in bs.session.points.values()]
+        own = host_summary(bs.session.points[case])
         return {"host_ms": host["host_ms"], "gpu_ms": host["gpu_ms"], "ms": point_median(_point(bs, case)),
+                "own_failed": own["failed"], "own_batches": own["batches"],
                 "batches": sum(x["batches"] for x in summaries), "failed": sum(x["failed"] for x in summaries)}
 
     def _numerics(self, files: list[str], variant: str | None) -> dict:
