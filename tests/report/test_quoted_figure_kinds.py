@@ -96,3 +96,13 @@ def test_the_account_of_a_block_session_measured_apart_takes_its_medians_and_the
     assert figs.get("run").split()[0] != figs.get("b2").split()[0]   # the run's own block had no finite bound
     text = (RESULTS / run / "README.md").read_text()
     assert f"<!-- figure:fp8c_tp4.b2_account -->{left:.3f} ms<!-- /figure -->" in text
+
+
+def test_value_counts_a_recorded_list_and_reads_a_knob_steps_kept_ratio():
+    rel = "tp24-llama3-70b-h200x4/rep1/decisions.json"
+    dec = json.loads((RESULTS / rel).read_text())
+    figs = _figs(ties={"kind": "value", "file": rel, "key": "ops.qkv.ties", "format": "{n}"},
+                 ring={"kind": "value", "file": rel, "key": "ops.fc2.knob_search.4.changed.0.kept_ratio", "format": "×{value:.3f}"})
+    assert figs.get("ties") == str(len(dec["ops"]["qkv"]["ties"])) == "4"
+    # the report's search path prints the same step
+    assert f"fc2_fprop.method pipeline→ring_exchange; {figs.get('ring')})" in (RESULTS / "tp24-llama3-70b-h200x4/rep1/report.md").read_text()

@@ -51,7 +51,8 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            would spend at its own costs measuring no search step: its points and blocks, its group starts,
            outside_s and one gap_s before each point and block).
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
-           Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]").
+           Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]"); ``n``
+           the length of a recorded list or dict (e.g. an op's ties).
 Fields a ratio's wording can use: ratio lo hi rounds sessions over (" pooled over N sessions" or "") x x_lo
 x_hi (b / a, "× faster") words (stats.wording) host (the host-behind note, "" when none).
 """
@@ -199,7 +200,7 @@ class Figures:
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
-            return d.get("format", "{value}").format(value=v)
+            return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
                          "host, numerics, run_cost, value")
 
