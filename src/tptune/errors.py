@@ -18,5 +18,10 @@ class ConfigError(TptuneError):
         super().__init__(f"invalid config {source}:\n{lines}")
 
 
+class RecordError(TptuneError, ValueError):
+    """A record a run wrote (a member's run.json, a TP point's point.json) is malformed: names the file and
+    the field. A ValueError too, so a reader that skips unreadable records skips it."""
+
+
 class TraceError(TptuneError):
     """A profiler trace cannot be analysed (corrupt, truncated, not a trace, no events)."""
