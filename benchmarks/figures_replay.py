@@ -8,9 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tptune.decide.tp_point import slim
 from tptune.records.run_dir import RunDir
-from tptune.records.sessions import load_session
+from tptune.records.sessions import load_session, read_point
 from tptune.stats import bound, efficiency, host_evidence as host, wording
 from tptune.stats.rounds import point_rounds
 
@@ -21,7 +20,7 @@ FLOOR = 0.02
 def point_sessions():
     for sj in sorted(RESULTS.glob("**/sessions/*/tp*/point/session.json")):
         s = json.loads(sj.read_text())
-        runs = {c: slim(json.loads((sj.parent / p).read_text())) for c, p in s["runs"].items()}
+        runs = {c: read_point(sj.parent / p).slim() for c, p in s["runs"].items()}
         yield sj.parent.relative_to(RESULTS), runs
 
 
@@ -37,7 +36,7 @@ def bound_replay() -> None:
         n_sessions += 1
         burned = bound.burned_in(b)
         for c, p in runs.items():
-            if c == b["case"] or not point_rounds(p):
+            if c == b.case or not point_rounds(p):
                 continue
             for key, bb in (("before", b), ("after", burned)):
                 k, n = bound.bound_above_rounds(bb, p)
@@ -98,7 +97,7 @@ def knobs_figures() -> None:
     # the same without the burn-in, for comparison with the README's median figure (81%)
     triples = {}
     for op, rec in doc["ops"].items():
-        runs = {c: slim(p) for c, p in load_session(k.point_session(op, 2)).points.items()}
+        runs = {c: p.slim() for c, p in load_session(k.point_session(op, 2)).points.items()}
         none = next(p for c, p in runs.items() if c.endswith("-none"))
         b = next(p for c, p in runs.items() if bound.is_bound(c))
         triples[op] = (none, runs[rec["winner"]["case"]], b)

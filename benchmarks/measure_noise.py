@@ -27,6 +27,7 @@ from pathlib import Path
 from tptune.cases import make_case
 from tptune.measure.launch import Launcher
 from tptune.measure.preflight import resolve_here
+from tptune.records.measured_point import MeasuredPoint
 from tptune.settings.resolve import load_config_files
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,17 +131,17 @@ def main(argv=None) -> int:
                         timing["window_ms"] = a.window_ms
                     op_settings.update(timing=timing, check=False)
                     out = Path(tmp) / f"{op}-{key.replace(':', '-')}-{call}"
-                    run = launcher.profile(case, s.model, out, op_settings)
-                    if run["status"] != "ok":
-                        print(f"{case.id} {mode} call {call}: {run['status']} {run.get('error')}", file=sys.stderr)
+                    run = MeasuredPoint.from_dict(launcher.profile(case, s.model, out, op_settings), str(out))
+                    if run.status != "ok":
+                        print(f"{case.id} {mode} call {call}: {run.status} {run.error}", file=sys.stderr)
                         continue
                     rows.setdefault((op, key), []).append({
-                        "call": call, "ms": run["timing"]["total_ms"]["median"],
-                        "host_ms": run["host"]["host_ms"], "host_ahead": run["host"]["host_ahead"],
-                        "sm_mhz": (run.get("clock") or {}).get("sm_mhz"),
-                        "batches": run["host"]["batches"],
-                        "iter_mhz": (run["host"]["batches"][0].get("clock") or {}).get("iter_mhz"),
-                        "iterations_ms": run["timing"]["total_ms"]["samples"]})
+                        "call": call, "ms": run.timing["total_ms"].median,
+                        "host_ms": run.host_ms, "host_ahead": run.host_ahead,
+                        "sm_mhz": (run.clock or {}).get("sm_mhz"),
+                        "batches": run.host_batches,
+                        "iter_mhz": (run.host_batches[0].get("clock") or {}).get("iter_mhz"),
+                        "iterations_ms": list(run.timing["total_ms"].samples)})
     window = (s.timing.window_ms or 0) if a.window_ms is None else a.window_ms
     print(f"{s.model.model.name} TP={tp} {variant}, {a.calls} calls per op and mode, "
           f"{a.rounds} round(s) of {s.timing.iters if not a.iters else a.iters} timed iterations per call"

@@ -14,6 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from tptune.records.measured_point import MeasuredPoint
+from tptune.records.sessions import read_point
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "results" / "numerics-calibration"
 
@@ -27,14 +30,14 @@ def runs(folder: Path = DEFAULT) -> dict[str, dict]:
         settings = {}
         for rj in sorted(v.parent.glob("sessions/layer/tp*/*/run.json")):
             if rj.parent.name != "canary":
-                settings[rj.parent.name] = json.loads(rj.read_text())
+                settings[rj.parent.name] = read_point(rj)
         out[v.parent.name] = {"pairs": pairs, "settings": settings, "tp": res["tp"], "model": res["model"]}
     return out
 
 
-def worst(run_json: dict) -> tuple[str, float, float] | None:
+def worst(point: MeasuredPoint | None) -> tuple[str, float, float] | None:
     """(tensor, its rel. L2 ratio, its max |diff| ratio) of the setting's worst tensor, by L2 ratio."""
-    t = ((run_json.get("correctness") or {}).get("tensors")) or {}
+    t = ((point.correctness if point is not None else None) or {}).get("tensors") or {}
     if not t:
         return None
     name = max(t, key=lambda n: t[n]["l2_ratio"])
@@ -51,11 +54,11 @@ def table(folder: Path = DEFAULT) -> list[dict]:
                "legit_max_maxdiff": max((w[2] for w in legit.values()), default=None),
                "pairs": {}}
         for s in r["pairs"]:
-            j = r["settings"].get(s) or {}
+            j = r["settings"].get(s)
             w = worst(j)
-            row["pairs"][s] = ({"status": j.get("status"), "error": ((j.get("error") or {}).get("message") or "")[:120]}
+            row["pairs"][s] = ({"status": j and j.status, "error": ((j and j.error_message) or "")[:120]}
                                if w is None else {"worst": w[0], "l2_ratio": w[1], "max_ratio": w[2],
-                                                  "failed": not j["correctness"]["ok"]})
+                                                  "failed": not j.correct})
         rows.append(row)
     return rows
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tptune.cases import REFERENCE_KINDS, parse_case_id  # noqa: E402
 from tptune.stats.rounds import measured_next, point_rounds, rotation, session_state, should_stop  # noqa: E402
+from tptune.records.measured_point import MeasuredPoint, TimingSummary  # noqa: E402
 from tptune.records.sessions import load_session  # noqa: E402
 
 
@@ -53,8 +54,8 @@ def replay(rec: dict, vals: dict[str, dict[int, float]], futility: bool) -> dict
             else:
                 gaps += 1
         r += 1
-        points = {c: {"status": "ok", "case": c, "session": rec["session"],
-                      "timing": {"total_ms": {"rounds": list(v.values()), "round_ids": list(v)}}}
+        points = {c: MeasuredPoint(c, "ok", rec["session"],
+                                   timing={"total_ms": TimingSummary(rounds=tuple(v.values()), round_ids=tuple(v))})
                   for c, v in got.items() if v}
         state = session_state(points, contenders, margin, leader_among=active, tie_margin=tie,
                               budget=max_r if futility else None)

@@ -19,8 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from tptune.cases import parse_case_id  # noqa: E402
 from tptune.stats.noise import compare_points  # noqa: E402
-from tptune.records.point_fields import point_median  # noqa: E402
+from tptune.records.measured_point import MeasuredPoint  # noqa: E402
 from tptune.records.run_dir import SESSION_JSON, RunDir  # noqa: E402
+from tptune.records.sessions import read_point  # noqa: E402
 
 
 def _sessions(run_dir: Path, op: str, tp: int) -> list[tuple[Path, dict]]:
@@ -28,7 +29,7 @@ def _sessions(run_dir: Path, op: str, tp: int) -> list[tuple[Path, dict]]:
     return [(p, json.loads(p.read_text())) for p in sorted(tp_sessions.glob(f"**/{SESSION_JSON}"))]
 
 
-def measured(run_dir: Path, op: str, tp: int, search_only: bool = True) -> dict[str, dict]:
+def measured(run_dir: Path, op: str, tp: int, search_only: bool = True) -> dict[str, MeasuredPoint]:
     """Every setting the searches of (op, TP) measured, from their sessions (the TP point left out
     unless ``search_only`` is false); a setting measured in several sessions appears once, last."""
     out = {}
@@ -36,7 +37,7 @@ def measured(run_dir: Path, op: str, tp: int, search_only: bool = True) -> dict[
         if search_only and p.parent.name == "point":
             continue
         for cid, rel in sess["runs"].items():
-            out[cid] = json.loads((p.parent / rel).read_text())
+            out[cid] = read_point(p.parent / rel)
     return out
 
 
@@ -49,7 +50,7 @@ def summarize(run_dir: Path, op: str, tp: int) -> dict:
     return {"run": str(run_dir), "cases": len(runs), "sessions": len(sess),
             "measurements": sum(sum(len(o) for o in x["order"]) for _, x in sess),
             "device_s": sum(x.get("gpu_s") or 0.0 for _, x in sess),
-            "best": best, "best_ms": point_median(runs[best]) if best else None, "runs": runs,
+            "best": best, "best_ms": runs[best].median() if best else None, "runs": runs,
             "grid_sessions": [x for _, x in sess]}
 
 
@@ -72,14 +73,14 @@ def main(argv=None) -> int:
     grid_runs = g["runs"]
     key = parse_case_id(s["best"]).variant_id if s["best"] else None
     twin = next((r for cid, r in grid_runs.items() if key and parse_case_id(cid).variant_id == key), None)
-    configs = [r for cid, r in grid_runs.items() if r["status"] == "ok"]
-    best_grid = min(configs, key=point_median)
+    configs = [r for cid, r in grid_runs.items() if r.status == "ok"]
+    best_grid = min(configs, key=MeasuredPoint.median)
     if twin is not None:
         cmp = compare_points(twin, best_grid, floor=a.floor, tie="a")
-        rank = sorted(point_median(r) for r in configs).index(point_median(twin)) + 1
+        rank = sorted(r.median() for r in configs).index(twin.median()) + 1
         ratio = cmp.ratio.to_dict() if cmp.ratio else {}
-        print(f"search winner in the grid session: {twin['case']} {point_median(twin):.3f} ms, rank {rank}/{len(configs)}; "
-              f"grid best {best_grid['case']} {point_median(best_grid):.3f} ms; ratio {ratio.get('ratio')} "
+        print(f"search winner in the grid session: {twin.case} {twin.median():.3f} ms, rank {rank}/{len(configs)}; "
+              f"grid best {best_grid.case} {best_grid.median():.3f} ms; ratio {ratio.get('ratio')} "
               f"[{ratio.get('lo')}, {ratio.get('hi')}]: "
               + ("within noise" if cmp.outcome <= 0 else "grid best is faster beyond noise"))
     else:

@@ -52,6 +52,7 @@ from pathlib import Path
 from tptune.cases import make_case
 from tptune.measure.launch import Launcher
 from tptune.measure.session_spec import SessionSpec
+from tptune.records.sessions import read_point
 from tptune.stats.rounds import log_ratio_interval, t975
 from tptune.cli.calibrate import (load_sharded, member_record, sd_interval, split_rounds,  # noqa: F401
                                   window_value)
@@ -255,10 +256,10 @@ def main(argv=None) -> int:
                 op_settings["timing"]["preroll_ms"] = a.preroll_ms
             rec = launcher.session(SessionSpec(f"window/{op}", members, mc, op_settings, evidence=False),
                                    Path(tmp) / op)
-            runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
-            bad = [cid for cid, r in runs.items() if r["status"] != "ok"]
+            runs = {c.id: read_point(Path(tmp) / op / rec["runs"][c.id]) for c in members}
+            bad = [cid for cid, r in runs.items() if r.status != "ok"]
             if bad:
-                print(f"{op}: {', '.join(bad)} failed: {runs[bad[0]].get('error')}", file=sys.stderr)
+                print(f"{op}: {', '.join(bad)} failed: {runs[bad[0]].error}", file=sys.stderr)
                 continue
             mem = {cid: member_record(r) for cid, r in runs.items()}
             out["ops"][op] = {"members": mem, "table": analyse(mem, windows, a.half, skips)}

@@ -5,6 +5,7 @@ import types
 from pathlib import Path
 
 from tptune.decide.layer import layer_record
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.model.spec import load_model
@@ -68,9 +69,8 @@ def test_a_failing_reference_cannot_displace_the_tuned_setting(tmp_path):
 
 def _pt(case, ms):
     rounds = [ms * x for x in DRIFT]
-    return {"case": case, "status": "ok", "session": "p",
-            "timing": {"total_ms": {"median": statistics.median(rounds), "rounds": rounds,
-                                    "round_ids": list(range(len(rounds)))}}}
+    return MeasuredPoint.from_dict({"case": case, "status": "ok", "session": "p", "timing": {
+        "total_ms": {"median": statistics.median(rounds), "rounds": rounds, "round_ids": list(range(len(rounds)))}}})
 
 
 def test_a_block_pick_over_the_tuned_file_needs_gpu_time_not_host_bound_figures(tmp_path):

@@ -7,6 +7,7 @@ import statistics
 import pytest
 
 from tptune.decide.summary import measurement_summary
+from tptune.records.measured_point import MeasuredPoint, TimingSummary
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_sessions
 
@@ -23,13 +24,13 @@ DRIFT = [1.0, 1.03, 0.98, 1.01, 0.99, 1.02]   # shared by every member of the se
 def rpt(case, ms, wobble=0.0, session=SESSION, status="ok"):
     """A point of the session: ms x the round's drift x its own alternating wobble."""
     vals = [ms * d * math.exp(wobble if i % 2 else -wobble) for i, d in enumerate(DRIFT)]
-    return {"case": case, "status": status, "session": session,
-            "timing": {"total_ms": {"median": statistics.median(vals), "rounds": vals,
-                                    "round_ids": list(range(len(vals)))}}}
+    return MeasuredPoint.from_dict({"case": case, "status": status, "session": session, "timing": {
+        "total_ms": {"median": statistics.median(vals), "rounds": vals, "round_ids": list(range(len(vals)))}}})
 
 
 def failed(case):
-    return {"case": case, "status": "failed", "session": SESSION, "timing": {}, "error": {"kind": "oom"}}
+    return MeasuredPoint.from_dict({"case": case, "status": "failed", "session": SESSION, "timing": {},
+                                    "error": {"kind": "oom"}})
 
 
 SM4 = "qkv-tp2-ub.te+dgrad.bulk.sm4"       # cost: 21 SMs
@@ -54,7 +55,7 @@ def recorded_points():
 
 def test_pick_is_the_cheapest_point_the_leader_does_not_beat():
     best, comparisons = pick_best(recorded_points(), FLOOR)
-    assert best["case"] == SM8            # SM4 is cheaper but the leader beats it beyond the margin
+    assert best.case == SM8            # SM4 is cheaper but the leader beats it beyond the margin
     assert len(comparisons) == 4
     by_b = {c["b"]["case"]: c for c in comparisons}
     assert all(c["a"]["case"] == TE for c in comparisons)
@@ -67,7 +68,7 @@ def test_pick_is_the_cheapest_point_the_leader_does_not_beat():
 
 def test_the_ties_are_not_transitive():
     from tptune.stats.noise import compare_points
-    p = {x["case"]: x for x in recorded_points()}
+    p = {x.case: x for x in recorded_points()}
     assert compare_points(p[TE], p[SM8], floor=FLOOR).outcome == 0
     assert compare_points(p[SM8], p[SM4], floor=FLOOR).outcome == 0
     assert compare_points(p[TE], p[SM4], floor=FLOOR).outcome == -1
@@ -78,7 +79,7 @@ def test_pick_does_not_depend_on_input_order(seed):
     pts = recorded_points()
     random.Random(seed).shuffle(pts)
     best, comparisons = pick_best(pts, FLOOR)
-    assert best["case"] == SM8
+    assert best.case == SM8
     assert sorted(c["b"]["case"] for c in comparisons) == sorted([SM4, SM8, NV, RING])
 
 
@@ -88,16 +89,16 @@ def test_a_point_beaten_by_any_setting_is_not_picked():
     none is the cheapest, but a setting beat it: it is not the pick."""
     none = "qkv-tp2-none"
     nonep = rpt(none, 10.6)
-    t = nonep["timing"]["total_ms"]
-    t["rounds"], t["round_ids"] = t["rounds"][:3], [0, 1, 2]
-    t["median"] = statistics.median(t["rounds"])
+    t = nonep.timing["total_ms"]
+    nonep = nonep.with_(timing={"total_ms": t.with_(rounds=t.rounds[:3], round_ids=(0, 1, 2),
+                                                     median=statistics.median(t.rounds[:3]))})
     pts = [nonep, rpt(TE, 10.0, 0.04), rpt(SM8, 10.02, 0.0)]
     from tptune.stats.noise import compare_points
     assert compare_points(pts[1], nonep, floor=FLOOR).outcome == 0           # undecided with the leader
     assert compare_points(pts[2], nonep, floor=FLOOR).outcome == -1          # beaten by SM8
     for order in (pts, pts[::-1]):
         best, comparisons = pick_best(order, FLOOR)
-        assert best["case"] == SM8
+        assert best.case == SM8
         assert any(c["a"]["case"] == SM8 and c["b"]["case"] == none and c["outcome"] == -1 for c in comparisons)
 
 
@@ -105,28 +106,28 @@ def test_pick_is_the_leader_when_it_beats_all():
     pts = [rpt(SM4, 11.0), rpt(SM8, 10.8), rpt(TE, 10.0)]
     for order in (pts, pts[::-1]):
         best, comparisons = pick_best(order, FLOOR)
-        assert best["case"] == TE
+        assert best.case == TE
         assert [c["outcome"] for c in comparisons] == [-1, -1]
 
 
 def test_pick_with_equal_medians_takes_the_cheaper_as_leader():
     pts = [rpt(TE, 10.0), rpt(SM4, 10.0)]
-    assert pick_best(pts, FLOOR)[0]["case"] == SM4
-    assert pick_best(pts[::-1], FLOOR)[0]["case"] == SM4
+    assert pick_best(pts, FLOOR)[0].case == SM4
+    assert pick_best(pts[::-1], FLOOR)[0].case == SM4
 
 
 def test_pick_when_everything_failed_or_nothing_given():
     best, comparisons = pick_best([failed(TE), failed(SM8), failed(SM4)], FLOOR)
-    assert best["case"] == SM4 and comparisons == []
+    assert best.case == SM4 and comparisons == []
     assert pick_best([], FLOOR) == (None, [])
 
 
 def test_pick_depends_on_the_floor():
     pts = recorded_points()
-    assert pick_best(pts, 0.04)[0]["case"] == SM4      # 3% is within a 4% margin
-    assert pick_best(pts, FLOOR)[0]["case"] == SM8
-    assert pick_best(pts, 0.008)[0]["case"] == TE      # SM8 (1.2%) beaten; NV (0.5%) ties but is dearer
-    assert pick_best(pts, 0.002)[0]["case"] == TE      # everything beaten
+    assert pick_best(pts, 0.04)[0].case == SM4      # 3% is within a 4% margin
+    assert pick_best(pts, FLOOR)[0].case == SM8
+    assert pick_best(pts, 0.008)[0].case == TE      # SM8 (1.2%) beaten; NV (0.5%) ties but is dearer
+    assert pick_best(pts, 0.002)[0].case == TE      # everything beaten
 
 
 # -- bound_faults -----------------------------------------------------------------------------------
@@ -159,8 +160,8 @@ def test_bound_fault_by_estimate_when_its_rounds_are_too_few():
     """FP8 fc1 on x2: the bound was dropped after 2 rounds, 3.5% above no overlap by estimate with a
     wide interval. A bound must be below what it bounds: an estimate beyond the margin is a fault."""
     bound = rpt("fc1-tp2-nocomm", 10.35, 0.01)
-    t = bound["timing"]["total_ms"]
-    t["rounds"], t["round_ids"] = t["rounds"][:2], [0, 1]
+    t = bound.timing["total_ms"]
+    bound = bound.with_(timing={"total_ms": t.with_(rounds=t.rounds[:2], round_ids=(0, 1))})
     pts = {"fc1-tp2-nocomm": bound, "fc1-tp2-none": rpt("fc1-tp2-none", 10.0)}
     faults = bound_faults(pts, FLOOR)
     assert [f["above"] for f in faults] == ["fc1-tp2-none"]
@@ -169,7 +170,7 @@ def test_bound_fault_by_estimate_when_its_rounds_are_too_few():
 
 def test_bound_faults_without_rounds_use_the_floor():
     def plain(case, ms):
-        return {"case": case, "status": "ok", "timing": {"total_ms": {"median": ms}}}
+        return MeasuredPoint(case, "ok", timing={"total_ms": TimingSummary(median=ms)})
     pts = {"qkv-tp2-nocomm": plain("qkv-tp2-nocomm", 10.5), TE: plain(TE, 10.0), SM4: plain(SM4, 10.4)}
     faults = bound_faults(pts, FLOOR)
     assert [f["above"] for f in faults] == [TE] and faults[0]["ratio"] == pytest.approx(1.05)
@@ -281,20 +282,20 @@ def test_batch_step_finds_a_level_change_inside_one_round():
     from tptune.decide.tp_point import batch_step
     flat = [10.0, 10.05, 9.98, 10.02] * 2                      # two rounds of four iterations
     stepped = [10.0, 10.0, 10.0, 10.0] + [10.0, 10.0, 11.5, 11.6]
-    p = lambda s: {"timing": {"total_ms": {"samples": s, "rounds": [0, 0]}}}
+    def p(samples, rounds=(0, 0), round_iters=None):
+        return MeasuredPoint("x", "ok", timing={"total_ms": TimingSummary(
+            samples=tuple(samples), rounds=rounds, round_iters=round_iters)})
     assert batch_step(p(flat)) == pytest.approx(1 - 10.0 / 10.025)      # halves 10.025, 10.0
     assert batch_step(p(stepped)) == pytest.approx(0.155)       # halves' medians 10.0 -> 11.55
-    assert batch_step({"timing": {"total_ms": {"samples": [1.0, 2.0, 3.0], "rounds": [0, 0]}}}) is None
-    assert batch_step({}) is None
+    assert batch_step(p([1.0, 2.0, 3.0])) is None
+    assert batch_step(MeasuredPoint("x", "ok")) is None
     # a short episode inside a long window leaves the halves' medians alone
     window = [10.0] * 60 + [11.8] * 6 + [10.0] * 34
-    assert batch_step({"timing": {"total_ms": {"samples": window, "rounds": [0]}}}) == 0.0
+    assert batch_step(p(window, (0,))) == 0.0
     # rounds of unequal length (a window's iterations follow each round's probe): split as recorded
-    uneven = {"timing": {"total_ms": {"samples": [10.0, 10.0, 10.0] + [10.0, 11.0], "rounds": [0, 0],
-                                      "round_iters": [3, 2]}}}
-    assert batch_step(uneven) == pytest.approx(0.1)
-    uneven["timing"]["total_ms"]["round_iters"] = [2, 2]      # counts that do not add up: no figure
-    assert batch_step(uneven) is None
+    uneven = [10.0, 10.0, 10.0] + [10.0, 11.0]
+    assert batch_step(p(uneven, round_iters=(3, 2))) == pytest.approx(0.1)
+    assert batch_step(p(uneven, round_iters=(2, 2))) is None      # counts that do not add up: no figure
 
 
 def test_summary_lists_the_settings_that_stepped(tmp_path):

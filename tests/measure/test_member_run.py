@@ -137,12 +137,13 @@ def test_member_run_from_rounds(mc):
     assert la["case_s"] == pytest.approx(1.0 + 0.3 + 0.3)
     assert la["rounds"] == 3 and la["held_s"] == pytest.approx(1.0)
     json.dumps(run)                               # run.json must serialise
+    from tptune.records.measured_point import MeasuredPoint
     from tptune.trace.session_tables import round_costs
-    costs = round_costs(run)   # each timed iteration at its slowest rank; each round's longest hold
+    costs = round_costs(MeasuredPoint.from_dict(run))   # each timed iteration at its slowest rank; each round's longest hold
     assert costs["timed_s"] == pytest.approx((2 + 5 + 6 + 4 + 4 + 9 + 7 + 8 + 7) / 1e3)
     assert costs["hold_s"] == pytest.approx((9.0 + 5.0 + 5.0) / 1e3)
     assert (costs["init_s"], costs["measure_s"], costs["close_s"]) == (la["init_s"], la["measure_s"], la["close_s"])
-    assert round_costs({"status": "failed"}) == dict.fromkeys(costs)
+    assert round_costs(MeasuredPoint("qkv-tp2-ub.te", "failed")) == dict.fromkeys(costs)
 
 
 def test_member_failed_in_a_later_round_keeps_its_rounds(mc):

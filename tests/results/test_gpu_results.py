@@ -493,7 +493,7 @@ def test_the_emitted_file_still_beats_nvidia_on_the_block_with_the_window():
 
     runs = load_session(RS_DGRAD / "emitted-window" / "sessions" / "layer" / "tp2").points
     for p in runs.values():
-        assert all(b["attempts"] == 1 and b["check"] == "queue" for b in p["host"]["batches"])
+        assert all(b["attempts"] == 1 and b["check"] == "queue" for b in p.host_batches)
 
 
 STABILITY_V4 = ROOT / "results" / "stability-llama3-70b-x2-v4"

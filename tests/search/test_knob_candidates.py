@@ -5,6 +5,7 @@ import math
 import pytest
 
 from tptune.cases import parse_case_id
+from tptune.records.measured_point import MeasuredPoint
 from tptune.search.knobs import plan_next, plan_result, setting_case
 from tptune.te.methods import (atomic_pair_candidates, gemm_knob_values, grid_size, knob_candidates, knob_config, te_candidates)
 from tptune.te.ubcfg import case_ub_cfgs, load_preset, te_default_ub_cfgs, validate_ub_cfgs
@@ -107,8 +108,8 @@ def _measure_all(op, tp, refs, model, config=None, workload="bf16", limit=400):
         pts = {}
         for cid in s.members:
             t = _time(op, case_ub_cfgs(parse_case_id(cid), workload=workload), model)
-            pts[cid] = {"case": cid, "status": "ok", "session": s.label, "timing": {"total_ms": {
-                "median": t, "rounds": [t * f for f in ROUND_FACTORS], "round_ids": [0, 1, 2, 3]}}}
+            pts[cid] = MeasuredPoint.from_dict({"case": cid, "status": "ok", "session": s.label, "timing": {
+                "total_ms": {"median": t, "rounds": [t * f for f in ROUND_FACTORS], "round_ids": [0, 1, 2, 3]}}})
         measured[s.label] = pts
     raise AssertionError("search did not finish")
 

@@ -50,7 +50,7 @@ def write_session(run_dir, rel: str, case_ids: list[str], model=pipeline_sm8) ->
         case = parse_case_id(cid)
         t = {"none": 12.0, "nocomm": 9.0}.get(case.variant.kind) or model(case_ub_cfgs(case))
         vals = [t * f for f in ROUND_FACTORS]
-        point = make_point(cid, vals)
+        point = make_point(cid, vals).to_dict()
         point["timing"]["total_ms"].update(rounds=vals, round_ids=list(range(len(vals))))
         (d / case.dir_name).mkdir(parents=True)
         write_run_json(d / case.dir_name, {**point, "op": case.op, "tp": case.tp, "variant": case.variant_id,

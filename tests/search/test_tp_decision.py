@@ -2,6 +2,7 @@ import pytest
 
 from tptune.search.tp_decision import TpPoints, hides_communication, tp_next, tp_result
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import make_point
 
 
@@ -105,9 +106,8 @@ def test_needs_all_three_points_at_tp2_and_reports_unfinished():
 def _rpt(case, rounds):
     """A TP-point member measured in paired rounds (round k of every member in one session round)."""
     import statistics
-    return {"case": case, "status": "ok", "session": "fc1/tp2/point",
-            "timing": {"total_ms": {"median": statistics.median(rounds), "rounds": rounds,
-                                    "round_ids": list(range(len(rounds)))}}}
+    return MeasuredPoint.from_dict({"case": case, "status": "ok", "session": "fc1/tp2/point", "timing": {
+        "total_ms": {"median": statistics.median(rounds), "rounds": rounds, "round_ids": list(range(len(rounds)))}}})
 
 
 def test_bound_above_no_overlap_gives_no_fraction():

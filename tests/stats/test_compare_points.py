@@ -7,6 +7,7 @@ import pytest
 
 from tptune.stats.noise import compare, compare_points, cost_key, margin
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import make_point
 
 from tptune.search.bisect import next_points, result
@@ -24,7 +25,7 @@ def rpt(case, rounds, session=SESSION, samples=None, ids=None):
     if samples is not None:
         st["samples"] = samples
         st["n"] = len(samples)
-    return {"case": case, "status": "ok", "session": session, "timing": {"total_ms": st}}
+    return MeasuredPoint.from_dict({"case": case, "status": "ok", "session": session, "timing": {"total_ms": st}})
 
 
 BASE = [10.0, 10.4, 9.7, 10.2, 9.9]       # round-to-round drift shared by the members of a session
@@ -100,8 +101,7 @@ def test_rounds_ignore_the_spread_of_iterations():
     a = scaled(RING, 1.0, samples=[10 * s for s in spread])
     b = scaled(NVIDIA, 1.05, samples=[10.5 * s for s in spread])
     assert compare_points(a, b).outcome == -1
-    strip = lambda p: {**p, "timing": {"total_ms": {k: v for k, v in p["timing"]["total_ms"].items()
-                                                    if k not in ("rounds", "round_ids")}}}
+    strip = lambda p: p.with_(timing={"total_ms": p.timing["total_ms"].without("rounds", "round_ids")})
     old = compare_points(strip(a), strip(b))
     assert old.ratio is None and old.outcome == 0 and old.margin > 0.1
 
@@ -125,14 +125,14 @@ def test_one_common_round_falls_back_to_the_sample_rule():
 
 def test_failed_point_loses_to_a_round_point():
     ok = scaled(NVIDIA, 1.0)
-    bad = {"case": RING, "status": "failed", "session": SESSION, "timing": {}}
+    bad = MeasuredPoint(RING, "failed", SESSION)
     for a, b, side in ((ok, bad, "a"), (bad, ok, "b")):
         cmp = compare_points(a, b)
         assert cmp.winner == side and cmp.winner_case == NVIDIA and cmp.reason == "faster"
         assert cmp.ratio is None and "ratio" not in cmp.to_dict()
     assert compare_points(ok, bad).to_dict()["b"]["median_ms"] is None
     # a failed point keeps its rounds field out of the comparison even if present
-    bad2 = {**scaled(RING, 0.5), "status": "failed"}
+    bad2 = scaled(RING, 0.5).with_(status="failed")
     assert compare_points(ok, bad2).winner_case == NVIDIA
 
 

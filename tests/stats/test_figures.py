@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tptune.records.measured_point import MeasuredPoint
+from tptune.records.sessions import read_point
 from tptune.stats import bound, efficiency, finalists, host_evidence as host, pooled, wording
 from tptune.stats.rounds import paired_ratio, point_rounds
 from tptune.settings.blocks import Decision, Layer
@@ -14,9 +16,8 @@ KNOBS = RESULTS / "knobs-llama3-70b-x2"
 
 
 def pt(case, rounds, session="s"):
-    return {"case": case, "status": "ok", "session": session,
-            "timing": {"total_ms": {"median": sorted(rounds)[len(rounds) // 2], "rounds": list(rounds),
-                                    "round_ids": list(range(len(rounds)))}}}
+    return MeasuredPoint.from_dict({"case": case, "status": "ok", "session": session, "timing": {"total_ms": {
+        "median": sorted(rounds)[len(rounds) // 2], "rounds": list(rounds), "round_ids": list(range(len(rounds)))}}})
 
 
 NONE = pt("op-tp2-none", [10.0, 10.2, 9.9, 10.1, 10.0, 10.05])
@@ -46,7 +47,7 @@ def test_a_bound_slower_than_the_setting_beyond_the_noise_is_a_fault_not_a_perce
     chosen = pt("op-tp2-ub.a", [8.6, 8.7, 8.55, 8.65, 8.6, 8.62])   # 4-5% below the bound in every round
     e = efficiency.op_efficiency(NONE, chosen, BOUND)
     assert e.value is None and e.fault["lo"] > 1 and "%" not in e.shown() and "bound fault" in e.shown()
-    faults = bound.bound_faults({c["case"]: c for c in (NONE, BOUND, chosen)})
+    faults = bound.bound_faults({c.case: c for c in (NONE, BOUND, chosen)})
     assert [f["above"] for f in faults] == ["op-tp2-ub.a"]
 
 
@@ -124,7 +125,7 @@ def test_wording_distinguishes_significant_within_margin_from_a_tie():
 def test_bound_burn_in_drops_its_first_round_and_keeps_the_rest():
     b = pt("op-tp2-nocomm", [9.9, 9.0, 9.1, 9.05])
     out = bound.burned_in(b)
-    assert point_rounds(out) == {1: 9.0, 2: 9.1, 3: 9.05} and out["burn_in"]["dropped_rounds"] == [0]
+    assert point_rounds(out) == {1: 9.0, 2: 9.1, 3: 9.05} and out.burn_in["dropped_rounds"] == [0]
     assert point_rounds(b)[0] == 9.9                                   # the recorded point is untouched
     assert bound.burned_in(pt("op-tp2-nocomm", [9.9, 9.0])) is not None
 
@@ -132,7 +133,7 @@ def test_bound_burn_in_drops_its_first_round_and_keeps_the_rest():
 def _point_session(run, op):
     d = RESULTS / run / "sessions" / op / "tp2" / "point"
     s = json.loads((d / "session.json").read_text())
-    return {c: json.loads((d / p).read_text()) for c, p in s["runs"].items()}
+    return {c: read_point(d / p) for c, p in s["runs"].items()}
 
 
 def test_recorded_bound_reads_above_fewer_settings_after_its_burn_in():
@@ -141,7 +142,7 @@ def test_recorded_bound_reads_above_fewer_settings_after_its_burn_in():
         runs = _point_session("knobs-llama3-70b-x2", op)
         b = next(p for c, p in runs.items() if bound.is_bound(c))
         for c, p in runs.items():
-            if c != b["case"]:
+            if c != b.case:
                 before += bound.bound_above_rounds(b, p)[0]
                 after += bound.bound_above_rounds(bound.burned_in(b), p)[0]
     assert after < before
@@ -156,14 +157,13 @@ def test_finalists_are_faster_than_the_pick_beyond_the_noise_within_the_margin()
 
 
 def test_recorded_stability_session_keeps_significant_gains_as_finalists():
-    from tptune.decide.tp_point import slim
     from tptune.stats.pick import pick_best
 
-    runs = {c: slim(p) for c, p in _point_session("stability-llama3-70b-x2-v2/rep1", "fc1").items()}
+    runs = {c: p.slim() for c, p in _point_session("stability-llama3-70b-x2-v2/rep1", "fc1").items()}
     cands = [p for c, p in runs.items() if not bound.is_bound(c)]
     pick, _ = pick_best(cands, 0.02)
     out = finalists.finalists(pick, cands)
-    assert pick["case"] == "fc1-tp2-none" and len(out) == 2     # a tie-break gave no overlap, 1.6% slower
+    assert pick.case == "fc1-tp2-none" and len(out) == 2     # a tie-break gave no overlap, 1.6% slower
     for f in out:
         r = paired_ratio(point_rounds(runs[f["case"]]), point_rounds(pick))
         assert r.hi < 1 and r.hi > 1 - 0.02                         # beyond the noise, within the margin
@@ -228,16 +228,16 @@ def test_launch_keeps_the_evidence_of_each_round():
                                           "attempts": [{"check": "queue", "entered_ms": 5.0, "slept_ms": 9.0,
                                                         "enqueue_ms": 30.0, "idle_marks": 0}]}}
                                for r in (0, 1)]}}
-    p = _round_point("layer-tp2-none", "layer/tp2", [(0, res)])
-    assert host.complete(p["host"]["batches"][0]) and host.summary(p)["unproven"] == 0
+    p = MeasuredPoint.from_dict(_round_point("layer-tp2-none", "layer/tp2", [(0, res)]))
+    assert host.complete(p.host_batches[0]) and host.summary(p)["unproven"] == 0
 
 
 def test_recorded_block_sessions_count_failed_and_unproven_batches():
     d = RESULTS / "verify-llama3-70b-x2" / "sessions" / "layer" / "tp2"
     s = json.loads((d / "session.json").read_text())
     for p in s["runs"].values():
-        h = host.summary(json.loads((d / p).read_text()))
+        h = host.summary(read_point(d / p))
         assert h["batches"] > 0 and h["failed"] == h["batches"]          # every block batch fell behind
     k = KNOBS / "sessions" / "layer" / "tp2" / "ub.tuned_tp2" / "run.json"
-    h = host.summary(json.loads(k.read_text()))
+    h = host.summary(read_point(k))
     assert h["failed"] == 0 and h["unproven"] == h["batches"] == 6     # queue verdicts without their figures

@@ -4,6 +4,7 @@ import pytest
 
 from tptune.stats.noise import cheaper, compare, compare_points, cost_key, margin, relative_se
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import make_point
 
 
@@ -29,8 +30,8 @@ def test_noisy_samples_widen_the_margin():
 
 
 def test_summary_percentiles_used_without_samples():
-    p = {"case": "qkv-tp2-none", "status": "ok",
-         "timing": {"total_ms": {"median": 10.0, "p10": 9.0, "p90": 11.0, "n": 4}}}
+    p = MeasuredPoint.from_dict({"case": "qkv-tp2-none", "status": "ok",
+                                 "timing": {"total_ms": {"median": 10.0, "p10": 9.0, "p90": 11.0, "n": 4}}})
     assert relative_se(p) == pytest.approx(1.2533 * (2.0 / 2.563) / 2 / 10.0)
 
 

@@ -6,6 +6,7 @@ import statistics
 
 import pytest
 
+from tptune.records.measured_point import MeasuredPoint, TimingSummary
 from tptune.stats.rounds import (FUTILITY_MIN_ROUNDS, Ratio, center, could_clear, drift, measured_next, paired_ratio, point_rounds, ratio_of, rotation, session_state, should_stop, t975, unpaired_ratio)
 
 M = 0.02  # the default noise floor / session margin
@@ -19,8 +20,8 @@ def rpt(case, rounds, session="qkv/tp2/point", ids=None, status="ok"):
     else:
         vals = list(rounds)
         ids = list(range(len(vals))) if ids is None else ids
-    return {"case": case, "status": status, "session": session,
-            "timing": {"total_ms": {"median": statistics.median(vals), "rounds": vals, "round_ids": ids}}}
+    return MeasuredPoint.from_dict({"case": case, "status": status, "session": session, "timing": {
+        "total_ms": {"median": statistics.median(vals), "rounds": vals, "round_ids": ids}}})
 
 
 # -- rotation ---------------------------------------------------------------------------------------
@@ -228,20 +229,20 @@ def test_point_rounds_pairs_round_ids():
     p = rpt("qkv-tp2-ub.te", [10.0, 11.0, 12.0], ids=[3, 5, 6])
     assert point_rounds(p) == {3: 10.0, 5: 11.0, 6: 12.0}
     # ids of another length than the values: positions
-    p["timing"]["total_ms"]["round_ids"] = [1, 2]
+    p = p.with_(timing={"total_ms": p.timing["total_ms"].with_(round_ids=(1, 2))})
     assert point_rounds(p) == {0: 10.0, 1: 11.0, 2: 12.0}
-    del p["timing"]["total_ms"]["round_ids"]
+    p = p.with_(timing={"total_ms": p.timing["total_ms"].without("round_ids")})
     assert point_rounds(p) == {0: 10.0, 1: 11.0, 2: 12.0}
 
 
 def test_point_rounds_empty_cases():
     assert point_rounds(None) == {}
     assert point_rounds(rpt("qkv-tp2-ub.te", [10.0, 11.0], status="failed")) == {}
-    assert point_rounds({"case": "qkv-tp2-none", "status": "failed", "timing": {}}) == {}
-    no_rounds = {"case": "qkv-tp2-none", "status": "ok", "timing": {"total_ms": {"median": 1.0}}}
+    assert point_rounds(MeasuredPoint("qkv-tp2-none", "failed")) == {}
+    no_rounds = MeasuredPoint("qkv-tp2-none", "ok", timing={"total_ms": TimingSummary(median=1.0)})
     assert point_rounds(no_rounds) == {}
     p = rpt("qkv-tp2-ub.te", [10.0, 11.0])
-    p["timing"]["fwd_ms"] = {"median": 4.0, "rounds": [4.0, 4.5], "round_ids": [0, 1]}
+    p = p.with_(timing={**p.timing, "fwd_ms": TimingSummary(median=4.0, rounds=(4.0, 4.5), round_ids=(0, 1))})
     assert point_rounds(p, "fwd_ms") == {0: 4.0, 1: 4.5}
     assert point_rounds(p, "bwd_ms") == {}
 
@@ -264,7 +265,7 @@ def test_ratio_of_unpaired_across_sessions_or_without_common_rounds():
     c = rpt("qkv-tp2-none", {5: 10.0, 6: 12.0, 7: 8.0}, session="s1")
     assert not ratio_of(a, c).paired
     # no session id on either: never paired
-    a2, b2 = dict(a, session=None), dict(b, session=None)
+    a2, b2 = a.with_(session=None), b.with_(session=None)
     assert not ratio_of(a2, b2).paired
     # a failed side: nothing to compare
     assert ratio_of(a, rpt("qkv-tp2-none", [10.0], status="failed", session="s1")) is None

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import ROOT
 from tptune.decide.summary import measurement_summary
+from tptune.records.measured_point import MeasuredPoint, TimingSummary
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session, load_sessions
 from tptune.stats import session_noise as sn
@@ -41,11 +42,12 @@ def test_pairs_are_the_common_rounds_of_each_contender_with_the_leader():
     assert sn.pair_log_ratios({0: 2.0, 1: 2.0, 3: 4.0}, {0: 1.0, 1: 2.0, 2: 9.0}) == pytest.approx(
         [math.log(2.0), 0.0])
     rec = {"leader": LEADER, "contenders": [LEADER, A, B]}
-    pt = lambda vals: {"status": "ok", "timing": {"total_ms": {"rounds": vals, "round_ids": list(range(len(vals)))}}}  # noqa: E731
+    pt = lambda vals: MeasuredPoint("x", "ok", timing={"total_ms": TimingSummary(  # noqa: E731
+        rounds=tuple(vals), round_ids=tuple(range(len(vals))))})
     runs = {LEADER: pt([1.0, 1.0, 1.0]), A: pt([1.1, 1.2, 1.0]), B: pt([1.0])}   # B: one round, no pair
     assert sn.session_pairs(rec, runs) == [pytest.approx([math.log(1.1), math.log(1.2), 0.0])]
     assert sn.session_pairs({"leader": None, "contenders": [A]}, runs) == []
-    failed = dict(runs, **{LEADER: {"status": "failed"}})
+    failed = dict(runs, **{LEADER: MeasuredPoint(LEADER, "failed")})
     assert sn.session_pairs(rec, failed) == []
 
 

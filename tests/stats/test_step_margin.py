@@ -47,7 +47,7 @@ def test_compare_points_win_applies_to_paired_rounds_only():
     d = step.to_dict()
     assert d["margin"] == STEP and d["tie_margin"] == FLOOR and "tie_margin" not in plain.to_dict()
     # the same values from two sessions: unpaired, the floor decides whatever ``win`` says
-    a2 = dict(a, session="other")
+    a2 = a.with_(session="other")
     unp = compare_points(a2, b, floor=FLOOR, tie="a", win=STEP)
     assert unp.ratio is not None and not unp.ratio.paired
     assert unp.margin == FLOOR and unp.outcome == 0 and unp.tie_margin is None
@@ -68,7 +68,7 @@ def test_bisection_keeps_the_faster_value_beyond_the_step_margin():
 
 def test_session_state_resolves_with_the_tie_margin():
     a, b = _paired(1.006, n=4, jitter=0.008)
-    pts = {a["case"]: a, b["case"]: b}
+    pts = {a.case: a, b.case: b}
     r = next(iter(session_state(pts, list(pts), STEP).ratios.values()))
     assert 0.98 < r.lo < 0.99 or 1.01 < r.hi < 1.02
     st = session_state(pts, list(pts), STEP)

@@ -29,7 +29,6 @@ H200's null pair here). The result is a config overlay (window.yaml) to pass wit
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 import tempfile
@@ -38,6 +37,8 @@ from pathlib import Path
 from tptune.cases import make_case
 from tptune.measure.preflight import resolve_here
 from tptune.measure.session_spec import SessionSpec
+from tptune.records.measured_point import METRIC, MeasuredPoint
+from tptune.records.sessions import read_point
 from tptune.settings.resolve import DEFAULTS, ROOT, load_config_files
 from tptune.stats.session_noise import resolvable_sd
 
@@ -109,14 +110,14 @@ def load_sharded(config_files: list[str], shard: int = 1, ops: str | None = None
     return s, mc, (ops.split(",") if ops else list(s.ops))
 
 
-def member_record(run: dict) -> dict:
+def member_record(run: MeasuredPoint) -> dict:
     """Rounds (iterations in order), the minimum timed iterations and the overhead of a round (the
     held time less its timed GPU time) of a member's run.json."""
-    t = run["timing"]["total_ms"]
-    rounds = split_rounds(t["samples"], t["round_iters"])
-    held = [a["held_s"] for a in run["attempts"] if a.get("status") == "ok"]
+    t = run.timing[METRIC]
+    rounds = split_rounds(list(t.samples), list(t.round_iters))
+    held = [a["held_s"] for a in run.attempts if a.get("status") == "ok"]
     overhead = statistics.median(h - sum(r) / 1e3 for h, r in zip(held, rounds))
-    return {"rounds": rounds, "min_iters": int(run["settings"]["timing"]["iters"]), "overhead_s": overhead,
+    return {"rounds": rounds, "min_iters": int(run.settings["timing"]["iters"]), "overhead_s": overhead,
             "held_s": statistics.median(held)}
 
 
@@ -213,13 +214,13 @@ def calibrate(s, launcher, *, candidates=CANDIDATES_MS, rounds: int = ROUNDS, op
             spec = SessionSpec(f"calibrate/{op}", members, mc, op_settings, evidence=False,
                                faults=s.faults)
             rec = launcher.session(spec, Path(tmp) / op)
-            runs = {c.id: json.loads((Path(tmp) / op / rec["runs"][c.id]).read_text()) for c in members}
-            bad = {cid: (r.get("error") or {}).get("message", "failed") for cid, r in runs.items() if r["status"] != "ok"}
+            runs = {c.id: read_point(Path(tmp) / op / rec["runs"][c.id]) for c in members}
+            bad = {cid: r.error_message or "failed" for cid, r in runs.items() if r.status != "ok"}
             if bad:
                 failed[op] = bad
                 continue
             recordings[op] = {cid: member_record(r) for cid, r in runs.items()}
-            env = env or next(iter(runs.values())).get("environment") or {}
+            env = env or next(iter(runs.values())).environment or {}
     return analyse(_record(s, candidates, rounds, model=mc.model.name, gpu=env.get("gpu_name"), failed=failed,
                            members=recordings))
 

@@ -27,6 +27,7 @@ from tptune.measure.preflight import resolve_here
 from tptune.records import load
 from tptune.records.run_dir import SESSION_JSON, RunDir
 from tptune.records.run_status import check_run_dir, failed_outputs, run_failures
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.sessions import load_session, load_sessions, recorded_gpu_memory
 from tptune.settings.resolve import is_run_record, load_run_config
 from tptune.trace.cli import analyze_cli
@@ -152,9 +153,9 @@ def cmd_profile(a) -> int:
     case = parse_case_id(a.case)
     s = _settings(a.config, check_hardware=True, node_tps=[case.tp], recorded=False)
     op_settings = {**s.op(case.op).as_dict(), "fault": s.faults.get(case.id)}
-    run = Launcher(s).profile(case, s.model, Path(a.out).parent, op_settings)
-    err = run.get("error") or {}
-    print(f"{case.id}: {run['status']}" + (f" ({err.get('kind')}: {err.get('message', '')[:300]})" if err else ""))
+    run = MeasuredPoint.from_dict(Launcher(s).profile(case, s.model, Path(a.out).parent, op_settings), a.out)
+    print(f"{case.id}: {run.status}"
+          + (f" ({run.error_kind}: {(run.error_message or '')[:300]})" if run.error else ""))
     return 0
 
 
@@ -296,7 +297,8 @@ def cmd_tp_step(a) -> int:
     s = _settings(a.config)
     run = _run_dir(a)
     points = {pt["tp"]: with_verdict(pt, load.point_analysis(run, pt["op"], pt["tp"]))
-              for pt in (_read_json(p, "a TP point's point.json (--points)", ("tp",)) for p in a.points)}
+              for pt in (load.typed_tp_point(_read_json(p, "a TP point's point.json (--points)", ("tp",)), p)
+                         for p in a.points)}
     write_record(a.out, tp_step(s, a.op, a.tp, points, memory_floor(s, recorded_gpu_memory(run))))
     return 0
 

@@ -109,15 +109,12 @@ def run_verify(model: str, tp: int, cfg_files: list[str], *, workload: dict | No
         none, te = runs.get(f"{op}-tp{tp}-none"), runs.get(f"{op}-tp{tp}-ub.te")
         rows = []
         for cid, r in runs.items():
-            t = (r.get("timing") or {}).get("total_ms", {}).get("median")
-            row = {"case": cid, "setting": cid.split("-", 2)[2], "status": r["status"], "ms": t,
-                   "error": (r.get("error") or {}).get("message"),
-                   "numerics": (r.get("correctness") or {}).get("ok"),
-                   "errors": numerics_row(r.get("correctness")),
+            row = {"case": cid, "setting": cid.split("-", 2)[2], "status": r.status, "ms": r.recorded_median(),
+                   "error": r.error_message, "numerics": r.correct, "errors": numerics_row(r.correctness),
                    "file": str(users[cid.split("ub.", 1)[1]][0]) if "ub.user" in cid or "ub.pair" in cid else None,
                    "switches": pair_switches.get(cid.split("ub.", 1)[-1])}
             for ref_name, ref in (("vs_none", none), ("vs_te", te)):
-                if ref is not None and ref is not r and r["status"] == "ok":
+                if ref is not None and ref is not r and r.status == "ok":
                     row[ref_name] = compare_points(r, ref, floor=floor, tie="b").to_dict()
             rows.append(row)
         return {"session": rec["session"], "rounds": rec["rounds"], "stop": rec["stop"], "rows": rows}

@@ -55,7 +55,7 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
     chosen = final["chosen_tp"]
     at = points.get(chosen) or points[max((t for t in points if t <= chosen), default=min(points))]
     winner, runner_up, comparisons = best_at(at, floor)
-    case = parse_case_id(winner["case"])
+    case = parse_case_id(winner.case)
     unjudged = next((e["reason"] for e in final.get("evidence", []) if e.get("rule") == "measured"
                      or "nothing to judge" in str(e.get("reason", ""))), None)
     if chosen != 1 and chosen not in points:
@@ -68,7 +68,7 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
         config = {"tp": 1, "case": None, "variant": "no TP",
                   "note": (f"nothing was compared at TP={case.tp} ({unjudged}): no TP, unproven" if unjudged else
                            f"no overlap setting hid the communication at TP={case.tp}; "
-                           f"fastest there: {winner['case']}")}
+                           f"fastest there: {winner.case}")}
     else:
         config = setting_of(case)
     rec = decisions_record(op, tp=chosen, config=config, winner=winner, runner_up=runner_up,

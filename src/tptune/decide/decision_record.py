@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import INF, point_case, point_median
 from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points, margin
 
 
-def decisions_record(op: str, *, tp: int, config: dict | None, winner: dict | None,
-                     runner_up: dict | None = None, tp_evidence: Iterable[dict] = (),
+def decisions_record(op: str, *, tp: int, config: dict | None, winner: MeasuredPoint | None,
+                     runner_up: MeasuredPoint | None = None, tp_evidence: Iterable[dict] = (),
                      comparisons: Iterable[dict] = (), searches: Mapping[str, list] | None = None,
                      floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K) -> dict:
     """One op's entry of decisions.json: chosen TP and config, the winning and runner-up points, the
@@ -30,14 +31,14 @@ def decisions_record(op: str, *, tp: int, config: dict | None, winner: dict | No
     return rec
 
 
-def _summary(point: dict | None) -> dict | None:
+def _summary(point: MeasuredPoint | None) -> dict | None:
     if point is None:
         return None
     t = point_median(point)
     return {"case": point_case(point), "median_ms": None if t == INF else t}
 
 
-def _win_by(winner: dict | None, runner_up: dict | None) -> float | None:
+def _win_by(winner: MeasuredPoint | None, runner_up: MeasuredPoint | None) -> float | None:
     """(runner-up - winner) / runner-up: the winner's relative gain."""
     a, b = point_median(winner), point_median(runner_up)
     if winner is None or runner_up is None or INF in (a, b) or b == 0:
@@ -48,6 +49,8 @@ def _win_by(winner: dict | None, runner_up: dict | None) -> float | None:
 def _case_ids(obj) -> set[str]:
     """Every string under a "case" key, or in a "cases" list, anywhere in ``obj``."""
     found: set[str] = set()
+    if isinstance(obj, MeasuredPoint):
+        return _case_ids(obj.to_dict())
     if isinstance(obj, Mapping):
         for key, v in obj.items():
             if key == "case" and isinstance(v, str):

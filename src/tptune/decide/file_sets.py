@@ -161,7 +161,7 @@ def torch_sets(s, points_by_op: dict, layer: dict[int, LayerResult], tps: list[i
         choices = []
         for op, pts in points_by_op.items():
             if t in pts:
-                v = block or parse_case_id(best_at(pts[t], floor)[0]["case"]).variant
+                v = block or parse_case_id(best_at(pts[t], floor)[0].case).variant
                 n = v.chunks if v.kind == "chunked" else 1
                 choices += [(g, n) for g in op_gemms(op, t, s.model) if g.gemm != "wgrad"]
         notes = [f"chunk counts per unsplit GEMM shape [m, k, n] (seed 004 customized_cc) at TP {t}; "

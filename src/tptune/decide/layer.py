@@ -22,9 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tptune.cases import Case, make_case, parse_case_id
-from tptune.decide.tp_point import best_at, slim, ub_cfgs_at
+from tptune.decide.tp_point import best_at, ub_cfgs_at
 from tptune.model.ops import COLUMN_OPS
-from tptune.records.point_fields import point_median
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.sessions import Session
 from tptune.stats.bound import burned_in, is_bound
 from tptune.stats.host_evidence import summary as host_summary
@@ -98,7 +98,7 @@ def per_mode_combos(s, by_op: dict, tp: int, floor: float, fastest: bool) -> lis
         for op, of in modes.items():
             p = by_op[op][tp]
             cands = {cid: q for cid, q in p["candidates"].items() if of[cid] in (mode, None)}
-            in_mode = [point_median(q) for cid, q in cands.items() if of[cid] == mode]
+            in_mode = [q.median() for cid, q in cands.items() if of[cid] == mode]
             in_mode = [m for m in in_mode if m != float("inf")]
             if not in_mode:
                 break
@@ -170,10 +170,10 @@ def torch_block_choice(points_by_op: dict[str, dict], floor: float) -> tuple[int
     chunked block is measured beside it as the overlap to beat. Where the ops chose differently the
     block cannot measure their map and the chunked block stands in for it (decide.file_sets grades that
     map unproven)."""
-    fastest = [parse_case_id(p["best"]["case"]).variant for p in points_by_op.values() if p.get("best")]
+    fastest = [parse_case_id(p["best"].case).variant for p in points_by_op.values() if p.get("best")]
     chunks = [v.chunks for v in fastest if v.kind == "chunked"]
     n = Counter(chunks).most_common(1)[0][0] if chunks else 2
-    picks = [parse_case_id(best_at(p, floor)[0]["case"]).variant for p in points_by_op.values() if p.get("none")]
+    picks = [parse_case_id(best_at(p, floor)[0].case).variant for p in points_by_op.values() if p.get("none")]
     if picks and all(v.kind == "none" for v in picks):
         return n, "none"
     return n, f"chunked.n{n}"
@@ -192,23 +192,22 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
     """The block-level comparison of one TP from its recorded block ``session``."""
     sess, runs = session.record, session.points
     # the block's bound without its burn-in round, as every figure the bound enters (stats.bound)
-    pts = {c: burned_in(slim(p)) if is_bound(c) else slim(p) for c, p in runs.items()}
+    pts = {c: burned_in(p.slim()) if is_bound(c) else p.slim() for c, p in runs.items()}
     floor = s.decision.noise_floor
     tuned = pts[tuned_id]
     rows = []
     for cid, p in pts.items():
-        row = {"case": cid, "variant": parse_case_id(cid).variant_id, "status": p["status"],
-               "median_ms": None if point_median(p) == float("inf") else point_median(p),
-               "host_ms": (p.get("host") or {}).get("host_ms"),
-               "correct": (runs[cid].get("correctness") or {}).get("ok"),
-               "numerics": numerics_row(runs[cid].get("correctness"))}
+        row = {"case": cid, "variant": parse_case_id(cid).variant_id, "status": p.status,
+               "median_ms": None if p.median() == float("inf") else p.median(),
+               "host_ms": p.host_ms, "correct": runs[cid].correct,
+               "numerics": numerics_row(runs[cid].correctness)}
         row["host_batches"] = host_summary(runs[cid])
         env = recipe_environment(cid)
         if env:
             row["environment"] = env
         if cid != tuned_id:
             failed = None
-            t_failed, p_failed = point_median(tuned) == float("inf"), point_median(p) == float("inf")
+            t_failed, p_failed = tuned.median() == float("inf"), p.median() == float("inf")
             if t_failed or p_failed:   # a failed side is no tie: nothing was compared
                 failed = "both" if t_failed and p_failed else "the tuned setting" if t_failed else "this setting"
             row["tuned_vs"] = _versus(tuned, p, floor, failed)
@@ -226,8 +225,8 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
                 and ((r.get("tuned_vs") or {}).get("ratio") or {}).get("lo", 0) > 1.0]
     tuned_row = next(r for r in rows if r["case"] == tuned_id)
     numerics_failed = False
-    if point_median(tuned) == float("inf") or tuned_row["correct"] is False:
-        why = ("failed on the block" if point_median(tuned) == float("inf") else
+    if tuned.median() == float("inf") or tuned_row["correct"] is False:
+        why = ("failed on the block" if tuned.median() == float("inf") else
                f"failed the numerics check on the block ({(tuned_row['numerics'] or {}).get('why') or 'see the numerics column'})")
         others = [r for r in passing if r["case"] != tuned_id]
         winner = min(others, key=lambda r: r["median_ms"])["case"] if others else None
@@ -272,7 +271,7 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
             "settings": rows}
 
 
-def _versus(a: dict, b: dict, floor: float, failed: str | None = None) -> dict:
+def _versus(a: MeasuredPoint, b: MeasuredPoint, floor: float, failed: str | None = None) -> dict:
     """a against b on the block (a wins ties), as the layer record keeps it: the comparison, which side
     failed where one did, and the report's words for the ratio."""
     vs = compare_points(a, b, floor=floor, tie="a").to_dict()

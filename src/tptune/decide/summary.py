@@ -18,7 +18,7 @@ def summed_efficiency(records: dict, points_by_op: dict) -> dict:
         pts = points_by_op[op]
         tp = rec["tp"] if rec["tp"] in pts else min(pts)
         p = pts[tp]
-        cands = {c["case"]: c for c in [p.get("none"), *p["candidates"].values()] if c}
+        cands = {c.case: c for c in [p.get("none"), *p["candidates"].values()] if c}
         win = cands.get((rec.get("winner") or {}).get("case"))
         triples[op] = (p.get("none"), win, p.get("nocomm"))
     return model_efficiency(triples).to_dict()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from tptune.decide.tp_point import best_at
 from tptune.errors import TptuneError
 from tptune.model.memory import gpu_memory_bytes, tp_floor
-from tptune.records.point_fields import make_point, point_median
+from tptune.records.measured_point import METRIC, MeasuredPoint, make_point
+from tptune.records.point_fields import point_median
 from tptune.search import tp_decision
 from tptune.settings.resolve import Settings
 from tptune.stats.rounds import point_rounds
@@ -115,7 +116,7 @@ def unmeasured(point: dict | None) -> str | None:
         return "no TP point recorded"
     if point.get("fastest_overlapped", point.get("best")) is not None:
         return None
-    errors = sorted({f"{c}: {((p or {}).get('error') or {}).get('kind', 'failed')}"
+    errors = sorted({f"{c}: {(p.error_kind if p is not None else None) or 'failed'}"
                      for c, p in (point.get("candidates") or {}).items()})
     return (f"none of its {len(errors)} overlapped settings was measured ({'; '.join(errors)})" if errors
             else "it had no overlapped setting to measure")
@@ -161,7 +162,7 @@ def tp_step(s: Settings, op: str, tp: int, points: dict[int, dict], floor: dict 
     return rec
 
 
-def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor: float) -> dict | None:
+def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor: float) -> MeasuredPoint:
     """A point whose time is the sum over ops (for the model-level TP rule). Its rounds are sums of the
     ops' rounds, round k of each op's point session (the rounds in which that op's none, bound and
     fastest setting were all measured), so the sums of two references stay paired round by round and
@@ -184,8 +185,8 @@ def _summed(points_by_op: dict[str, dict[int, dict]], tp: int, which: str, floor
     n = min((len(c) for _, c in chosen), default=0)
     if n >= 2:
         sums = [sum(point_rounds(q)[c[k]] for q, c in chosen) for k in range(n)]
-        point["timing"]["total_ms"].update({"rounds": sums, "round_ids": list(range(n)), "median": total})
-        point["session"] = f"sum-tp{tp}"
+        tot = point.timing[METRIC].with_(rounds=tuple(sums), round_ids=tuple(range(n)), median=total)
+        point = point.with_(timing={METRIC: tot}, session=f"sum-tp{tp}")
     return point
 
 

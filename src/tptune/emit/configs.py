@@ -12,6 +12,7 @@ from tptune import __version__
 from tptune.cases import BOOL_KNOBS
 from tptune.model.ops import TE_GEMMS
 from tptune.records.files import write_text_atomic
+from tptune.records.measured_point import json_default
 from tptune.te.megatron_flags import transformer_config_overrides
 from tptune.te.ubcfg import METHOD_DEFAULTS, METHOD_KNOBS, validate_ub_cfgs
 
@@ -194,5 +195,5 @@ def write_decisions_json(path: str | Path, records: Iterable[dict], meta: Mappin
     """decisions.json: {"meta": ..., "ops": {op: record}} (no NaN/inf: failed times are null)."""
     path = Path(path)
     doc = {"meta": dict(meta or {}), "ops": {r["op"]: r for r in records}}
-    write_text_atomic(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(doc, indent=2, allow_nan=False, default=json_default) + "\n")
     return path

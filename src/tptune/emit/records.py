@@ -6,7 +6,13 @@ import json
 from pathlib import Path
 
 from tptune.records.files import write_text_atomic
+from tptune.records.measured_point import MeasuredPoint
+
+
+def _default(obj):
+    return obj.to_dict() if isinstance(obj, MeasuredPoint) else str(obj)
 
 
 def write_record(path: str | Path, obj) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1, default=str))
+    """``obj`` as indented JSON; a measured point in it as its record (MeasuredPoint.to_dict)."""
+    write_text_atomic(path, json.dumps(obj, indent=1, default=_default))

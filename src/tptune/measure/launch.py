@@ -26,6 +26,7 @@ from tptune.measure.session_spec import SessionSpec
 from tptune.model.spec import ModelConfig
 from tptune.settings.resolve import Settings
 from tptune.records.files import take_lock, write_text_atomic
+from tptune.records.measured_point import METRIC, MeasuredPoint
 from tptune.records.run_dir import PARTIAL_JSON, RUN_JSON, SESSION_JSON
 from tptune.stats.host_evidence import evidence as host_evidence
 from tptune.stats.rounds import SessionState, measured_next, rotation, session_state, should_stop
@@ -495,7 +496,7 @@ class Launcher:
         contenders = spec.contender_ids
         r = len(measured.order)
         # each member's point over its rounds so far
-        points = {cid: _round_point(cid, spec.session_id, rs) for cid, rs in measured.rounds.items() if rs}
+        points = {cid: _measured_point(cid, spec.session_id, rs) for cid, rs in measured.rounds.items() if rs}
 
         def judged():   # the state after round r - 1: (state, stop?, why)
             st = session_state(points, contenders, spec.margin, leader_among=[c.id for c in measured.active],
@@ -508,7 +509,7 @@ class Launcher:
             order = rotation(measured.active, r)
             self._round(spec, order, r, dir_of, gpus, measured)
             # only the members this round measured have new rounds: the others' points stand
-            points.update({c.id: _round_point(c.id, spec.session_id, measured.rounds[c.id]) for c in order
+            points.update({c.id: _measured_point(c.id, spec.session_id, measured.rounds[c.id]) for c in order
                            if measured.rounds[c.id] and measured.rounds[c.id][-1][0] == r})
             r += 1
             measured.active = [c for c in measured.active if c.id not in measured.failed]
@@ -558,9 +559,9 @@ class Launcher:
         res = self._measure_once(case, spec.model, out_dir, settings, gpus, attempts)
         if res["status"] != "ok":
             return {"case": case.id, "t": t, "ms": None, "error": res["error"]["message"][:300]}
-        p = _round_point(case.id, None, [(0, res)])
-        return {"case": case.id, "t": t, "ms": p["timing"]["total_ms"]["median"],
-                "host_ahead": p["host"]["host_ahead"], "sm_mhz": (p["clock"] or {}).get("sm_mhz")}
+        p = _measured_point(case.id, None, [(0, res)])
+        return {"case": case.id, "t": t, "ms": p.timing[METRIC].median,
+                "host_ahead": p.host_ahead, "sm_mhz": (p.clock or {}).get("sm_mhz")}
 
     def profile(self, case: Case, mc: ModelConfig, out_dir: Path, op_settings: dict) -> dict:
         """Measure one case alone (rounds as configured, nothing beside it); writes and returns run.json."""
@@ -650,6 +651,11 @@ def host_attempts(rounds: list) -> int | None:
     batches = [x.get("batch") or {} for x in rounds[-1][1]["reply"]["ranks"]]
     behind = [b for b in batches if b.get("timing") == "gpu_host_ahead" and b.get("host_ahead") is False]
     return 1 if behind else None
+
+
+def _measured_point(case_id: str, session_id: str | None, rounds: list) -> MeasuredPoint:
+    """The member's point over its rounds so far, as the stopping rule reads it."""
+    return MeasuredPoint.from_dict(_round_point(case_id, session_id, rounds), f"{case_id} (measuring)")
 
 
 def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:

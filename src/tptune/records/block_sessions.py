@@ -41,12 +41,12 @@ def _preset_file(folder: Path, root: Path, name: str) -> Path | None:
 
 
 def _scope(session: Session, tp: int) -> str | None:
-    point = next((p for p in session.points.values() if p.get("environment") and p.get("model")), None)
+    point = next((p for p in session.points.values() if p.environment and p.model), None)
     if point is None:
         return None
-    env = point["environment"]
-    model = {k: v for k, v in point["model"].items() if k != "source"}
-    layers = ((point.get("settings") or {}).get("layer") or {}).get("num_layers") or 2
+    env = point.environment
+    model = {k: v for k, v in point.model.items() if k != "source"}
+    layers = ((point.settings or {}).get("layer") or {}).get("num_layers") or 2
     node = len(str(env.get("driver") or "").split("\n"))
     return json.dumps({"gpu": env.get("gpu_name"), "node_gpus": node, "model": model, "layers": layers, "tp": tp},
                       sort_keys=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 
 from tptune.records.layer_result import LayerResult
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.run_dir import RunDir
 
 
@@ -21,8 +22,36 @@ def tp_results(run: RunDir, op: str, tp: int) -> list[dict]:
     return read_json(run.tp_results(op, tp))
 
 
+POINT_FIELDS = ("none", "nocomm", "best", "fastest_overlapped")   # a TP point's (point.json) single points
+POINT_MAPS = ("references", "candidates")                          # and its {name: point} maps
+
+
+def typed_tp_point(rec: dict, source: str) -> dict:
+    """A TP point's record (point.json, decide.tp_point.tp_point) with its measured points typed."""
+    def one(p, where):
+        return None if p is None else MeasuredPoint.from_dict(p, f"{source}: {where}")
+    out = dict(rec)
+    for k in POINT_FIELDS:
+        if k in rec:
+            out[k] = one(rec[k], k)
+    for k in POINT_MAPS:
+        if k in rec:
+            out[k] = {c: one(p, f"{k}.{c}") for c, p in (rec[k] or {}).items()}
+    return out
+
+
 def tp_point(run: RunDir, op: str, tp: int) -> dict:
-    return read_json(run.tp_point(op, tp))
+    """point.json of (op, TP), its measured points typed."""
+    path = run.tp_point(op, tp)
+    return typed_tp_point(read_json(path), str(path))
+
+
+def decided_points(decisions: dict, op: str, tp) -> dict[str, MeasuredPoint | None]:
+    """The measured points decisions.json keeps of op ``op`` at TP ``tp`` (``ops.<op>.points.<tp>``: none,
+    nocomm, best, fastest), typed; {} where it keeps none."""
+    rec = ((decisions["ops"].get(op) or {}).get("points") or {}).get(str(tp)) or {}
+    return {k: None if rec.get(k) is None else MeasuredPoint.from_dict(rec[k], f"decisions.json ops.{op}.points.{tp}.{k}")
+            for k in ("none", "nocomm", "best", "fastest") if k in rec}
 
 
 def layer_results(run: RunDir, tps) -> dict[int, LayerResult]:

@@ -61,13 +61,12 @@ def run_failures(sessions: list[Session]) -> dict:
                 members.append({"session": rel, "case": cid, "reason": "run.json missing or unreadable"})
                 failed_ids.append(cid)
                 continue
-            if run.get("status") == "ok":
+            if run.status == "ok":
                 ok_ids.append(cid)
             else:
-                members.append({"session": rel, "case": cid, "reason": _reason(run.get("error"))})
+                members.append({"session": rel, "case": cid, "reason": _reason(run.error)})
                 failed_ids.append(cid)
-            attempts = run.get("attempts") or []
-            for i, a in enumerate(attempts[:-1]):
+            for i, a in enumerate(run.attempts[:-1]):
                 if a.get("status") != "ok":
                     retried.append({"session": rel, "case": cid, "attempt": i + 1, "reason": _reason(a.get("error"))})
         reasons = "; ".join(sorted({m["reason"] for m in members if m["session"] == rel}))[:600]

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.preset_identity import file_identity
 from tptune.records.run_dir import SESSION_JSON, RunDir
 
@@ -13,10 +14,10 @@ from tptune.records.run_dir import SESSION_JSON, RunDir
 @dataclass(frozen=True)
 class Session:
     """One recorded session: ``record`` is its session.json, ``points`` each member's run.json by case id
-    (a measured point as recorded); ``unreadable``: members whose run.json is missing or unreadable."""
+    (a measured point); ``unreadable``: members whose run.json is missing or unreadable."""
     name: str                      # relative to sessions/: "qkv/tp2/point", "qkv/tp2/chunks/step0", "layer/tp2"
     record: dict
-    points: dict[str, dict]
+    points: dict[str, MeasuredPoint]
     unreadable: tuple[str, ...] = field(default=())
 
     @property
@@ -34,8 +35,9 @@ def named(sessions: list[Session], name: str) -> Session | None:
     return next((x for x in sessions if x.name == name), None)
 
 
-def read_point(run_json: str | Path) -> dict:
-    return json.loads(Path(run_json).read_text())
+def read_point(run_json: str | Path) -> MeasuredPoint:
+    """The point a member's run.json records (errors.RecordError naming the file when malformed)."""
+    return MeasuredPoint.from_dict(json.loads(Path(run_json).read_text()), str(run_json))
 
 
 def load_session(folder: str | Path, name: str = "", *, strict: bool = True) -> Session:
@@ -74,7 +76,7 @@ def session_records(run: RunDir) -> list[dict]:
 def recorded_gpu_memory(run: RunDir) -> float | None:
     """The GPU memory (GiB) recorded by the run's first TP-point member, or None."""
     for p in run.point_run_jsons()[:1]:
-        return (read_point(p).get("environment") or {}).get("gpu_memory_gib")
+        return read_point(p).gpu_memory_gib
     return None
 
 

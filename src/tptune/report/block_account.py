@@ -20,14 +20,16 @@ from __future__ import annotations
 
 from tptune.cases import parse_case_id
 from tptune.records.layer_result import decided_layers
-from tptune.records.point_fields import INF, point_median
+from tptune.records.load import decided_points
+from tptune.records.measured_point import MeasuredPoint
+from tptune.records.point_fields import INF, point_case, point_median
 from tptune.records.sessions import Session
 from tptune.stats.bound import burned_in
 from tptune.stats.efficiency import Efficiency, median_efficiency, op_efficiency
 
 
-def _ms(point: dict | None) -> float | None:
-    m = point_median(point) if point else INF
+def _ms(point: MeasuredPoint | None) -> float | None:
+    m = point_median(point)
     return None if m == INF else m
 
 
@@ -55,8 +57,8 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
             written = tuned_variant
         none_ms, written_ms = block.get("none"), block.get(written)
         ops = []
-        for op, orec in decisions["ops"].items():
-            p = (orec.get("points") or {}).get(str(tp)) or {}
+        for op in decisions["ops"]:
+            p = decided_points(decisions, op, tp)
             none, bound, pick = _ms(p.get("none")), _ms(p.get("nocomm")), _ms(p.get("fastest"))
             if None in (none, bound, pick):
                 ops = None
@@ -64,7 +66,7 @@ def block_account(decisions: dict, layer_sessions: dict[int, Session | None] | N
             if written == "none":   # the file holds no overlap for every op: the ops' picks are their no overlap
                 pick, p = none, {"fastest": p.get("none")}
             ops.append({"op": op, "none_ms": none, "bound_ms": bound, "pick_ms": pick,
-                        "setting": (p.get("fastest") or {}).get("case"),
+                        "setting": point_case(p.get("fastest")),
                         "exposed_ms": none - bound, "left_ms": max(0.0, pick - bound)})
         if not ops or none_ms is None or written_ms is None:
             continue

@@ -15,6 +15,7 @@ from tptune.stats.wording import classify_ratio, not_a_figure
 from tptune.stats.rounds import Ratio, ratio_of
 from tptune.records.files import write_via_buffer
 from tptune.records.layer_result import decided_layers
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
 from tptune.records.sessions import Session, named
 from tptune.te.describe import and_join, describe_setting
@@ -319,7 +320,7 @@ def _memory_no_fit(meta: dict) -> str | None:
     return mem.get("why") if mem.get("status") == "no_fit" and not mem.get("effective_tp") else None
 
 
-def _point_ratios(points: dict[str, dict], none_id: str) -> dict[str, dict | None]:
+def _point_ratios(points: dict[str, MeasuredPoint], none_id: str) -> dict[str, dict | None]:
     """Each member's time over no overlap's, paired by round (the bound after its burn-in round)."""
     none = points.get(none_id)
     out = {}
@@ -352,7 +353,7 @@ def summary_rows(sessions: list[Session], decisions: dict) -> list[dict]:
     return rows
 
 
-def _group(name: str, tp: int, points: dict[str, dict], none_id: str, chosen: str | None) -> dict:
+def _group(name: str, tp: int, points: dict[str, MeasuredPoint], none_id: str, chosen: str | None) -> dict:
     ratios = _point_ratios(points, none_id)
     bars = []
     for cid in sorted(ratios, key=lambda c: (parse_case_id(c).variant_id != "ub.te", c)):

@@ -20,7 +20,9 @@ from tptune.records import load
 from tptune.records.files import write_text_atomic
 from tptune.report.confirm_section import confirm_section, with_confirm_section
 from tptune.records.layer_result import decided_layers
-from tptune.records.point_fields import INF, point_median
+from tptune.records.load import decided_points
+from tptune.records.measured_point import MeasuredPoint
+from tptune.records.point_fields import INF, point_case, point_median
 from tptune.records.run_dir import RunDir, layer_session_name, point_session_name
 from tptune.records.run_status import run_failures
 from tptune.records.sessions import Session, load_sessions, named
@@ -110,11 +112,10 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
         winner = (rec.get("winner") or {}).get("case")
         w = by_case.get(winner, {})
         at = evidence_tp(rec)
-        pts = rec["points"][at]
-        none = (pts.get("none") or {}).get("case")
-        nocomm = (pts.get("nocomm") or {}).get("case")
+        pts = decided_points(decisions, op, at)
+        none, nocomm = point_case(pts.get("none")), point_case(pts.get("nocomm"))
         t_none = by_case.get(none, {}).get("median_ms")
-        t_bound = (pts.get("nocomm") or {}).get("timing", {}).get("total_ms", {}).get("median")
+        t_bound = pts["nocomm"].recorded_median() if pts.get("nocomm") else None
         t_w = w.get("median_ms")
         eff = rec.get("efficiency")
         comm = sum(w.get(f"{p}_comm_ms") or 0 for p in ("fwd", "bwd"))
@@ -145,7 +146,7 @@ def _op_rows(decisions: dict, meas: pl.DataFrame) -> list[dict]:
     return rows
 
 
-def _member(sessions: list[Session], session: str, case_id: str) -> dict | None:
+def _member(sessions: list[Session], session: str, case_id: str) -> MeasuredPoint | None:
     """The run.json of ``case_id`` in the session called ``session``, None where it was not recorded."""
     sess = named(sessions, session)
     return sess.points.get(case_id) if sess else None
@@ -161,7 +162,7 @@ def _shape_rows(sessions: list[Session], meas: pl.DataFrame, ops: list[dict]) ->
         if not r:
             return []
         p = _member(sessions, r["session"], case_id)
-        return (p.get("shapes") or []) if p is not None else []
+        return p.shapes if p is not None else []
 
     rows = []
     for o in ops:
@@ -182,8 +183,7 @@ def _bound_ms(decisions: dict, op: str, tp) -> float | None:
     """An op's no-communication bound at a TP as every figure takes it: the median of its rounds after the
     burn-in round (stats.bound.burned_in, as decisions.json's points hold it), not the measurement table's
     median of every round it ran."""
-    p = ((decisions["ops"].get(op) or {}).get("points") or {}).get(str(tp)) or {}
-    m = point_median(p["nocomm"]) if p.get("nocomm") else INF
+    m = point_median(decided_points(decisions, op, tp).get("nocomm"))
     return None if m == INF else m
 
 
@@ -192,9 +192,7 @@ def _comparison(meas: pl.DataFrame, decisions: dict) -> list[dict]:
     rows = []
     for (op, tp), grp in _point_rows(meas).group_by("op", "tp", maintain_order=True):
         med = {r["variant"]: r["median_ms"] for r in grp.iter_rows(named=True)}
-        rec = decisions["ops"].get(op, {})
-        pts = rec.get("points", {}).get(str(tp), {})
-        best = (pts.get("best") or {}).get("case")
+        best = point_case(decided_points(decisions, op, tp).get("best"))
         row = {"op": op, "tp": tp, "none": med.get("none"), "bound": _bound_ms(decisions, op, tp),
                "te": med.get("ub.te"), "presets": {v: m for v, m in med.items()
                                                    if v.startswith("ub.") and "+" not in v and v != "ub.te"},
@@ -266,9 +264,9 @@ def _sums(meas: pl.DataFrame, decisions: dict) -> list[dict]:
             return None if any(v is None for v in vals) else sum(vals)
         fastest, variants = [], []
         for op in ops:
-            f = (decisions["ops"][op]["points"].get(str(tp)) or {}).get("fastest")
-            fastest.append(f and by.get((op, tp, parse_case_id(f["case"]).variant_id)))
-            variants.append(f and parse_case_id(f["case"]).variant_id)
+            f = decided_points(decisions, op, tp).get("fastest")
+            fastest.append(f and by.get((op, tp, parse_case_id(f.case).variant_id)))
+            variants.append(f and parse_case_id(f.case).variant_id)
         presets = sorted({v for (_, t, v) in by if t == tp and v.startswith("ub.") and "+" not in v and v != "ub.te"})
         rows.append({"tp": tp, "none": total("none"), "te": total("ub.te"),
                      "presets": {p: total(p) for p in presets},
@@ -359,7 +357,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
     for r in meas.iter_rows(named=True):
         p = _member(recorded, r["session"], r["case"])
         if p is not None:
-            env = p.get("environment") or {}
+            env = p.environment or {}
             if env:
                 break
     sessions = [x.record for x in recorded]

@@ -81,7 +81,7 @@ def _start_seconds(folder: Path, rec: dict) -> float | None:
             point = read_point(folder / rel)
         except (OSError, ValueError):
             continue
-        for att in point.get("attempts") or []:
+        for att in point.attempts:
             if att.get("server_started") and att.get("connect_s") is not None:
                 total, found = total + float(att["connect_s"]), True
     return total if found else None

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from tptune.cases import make_case, parse_case_id
-from tptune.records.point_fields import point_summary
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.search.knobs import Session, plan_next, plan_result
@@ -43,11 +43,11 @@ def planner_args(s: Settings, op: str, tp: int) -> dict:
             "workload": s.model.workload.ub_rules, "floor": floor, "win": win}
 
 
-def synthetic_point(case: str, ms: float, rounds) -> dict:
+def synthetic_point(case: str, ms: float, rounds) -> MeasuredPoint:
     """A measured point of ``case`` at ``ms`` a round times each of ``rounds`` (one drift shared by a
     session's members), for stepping the search without measuring."""
-    return {"case": case, "status": "ok", "timing": {"total_ms": {
-        "median": ms, "rounds": [ms * f for f in rounds], "round_ids": list(range(len(rounds)))}}}
+    return MeasuredPoint.from_dict({"case": case, "status": "ok", "timing": {"total_ms": {
+        "median": ms, "rounds": [ms * f for f in rounds], "round_ids": list(range(len(rounds)))}}})
 
 
 def walk(s: Settings, op: str, tp: int, time_of, rounds, max_steps: int | None = None) -> tuple[list[int], dict]:
@@ -90,7 +90,7 @@ def step_record(s: Settings, op: str, tp: int, step: int, prev: dict | None, run
            "asked": [v for e in sessions for v in e["values"]], "sessions": sessions,
            "next": list(nxt.members) if nxt else [], "next_label": nxt.label if nxt else None,
            "next_cases": list(nxt.members) if nxt else [],
-           "measured": {lab: {c: point_summary(p) for c, p in pts.items()} for lab, pts in measured.items()},
+           "measured": {lab: {c: p.search_summary() for c, p in pts.items()} for lab, pts in measured.items()},
            "done": nxt is None}
     if nxt is None:
         res = plan_result(op, tp, measured=measured, **plan)

@@ -17,7 +17,6 @@ from typing import Callable
 
 from tptune.cases import Case, Variant, make_case, parse_case_id
 from tptune.model.ops import weight_shape
-from tptune.records.point_fields import point_summary
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
 from tptune.search import bisect, knob_search
@@ -135,7 +134,7 @@ def step_record(s: Settings, op: str, tp: int, dim_name: str, step: int, prev: d
     rec = {"op": op, "tp": tp, "dim": dim_name, "step": step, "mode": mode,
            "candidates": list(dim.candidates), "asked": [v for e in sessions for v in e["values"]],
            "sessions": sessions, "next": nxt, "next_cases": [dim.case_of(v).id for v in nxt],
-           "measured": {str(v): point_summary(p) for v, p in measured.items()},
+           "measured": {str(v): p.search_summary() for v, p in measured.items()},
            "done": not nxt}
     if not nxt:
         if len(dim.candidates) == 1:

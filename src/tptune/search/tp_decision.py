@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import INF, point_case, point_median
 from tptune.stats.efficiency import op_efficiency
 from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
@@ -35,12 +36,12 @@ DEFAULT_MIN_HIDDEN_FRACTION = 0.25
 @dataclass(frozen=True)
 class TpPoints:
     """What was measured for one op at one TP size. Only the start TP needs none and nocomm."""
-    best: dict | None = None        # best overlapped point (winner of the overlap search)
-    none: dict | None = None        # collectives on, no overlap
-    nocomm: dict | None = None      # collectives removed: the bound
+    best: MeasuredPoint | None = None        # best overlapped point (winner of the overlap search)
+    none: MeasuredPoint | None = None        # collectives on, no overlap
+    nocomm: MeasuredPoint | None = None      # collectives removed: the bound
     verdict: str | None = None      # trace analysis: "overlapped", "not overlapped", ...
 
-    def fastest(self) -> dict | None:
+    def fastest(self) -> MeasuredPoint | None:
         """The faster of best and none (none on a tie: the simpler setting)."""
         if self.best is None or self.none is None:
             return self.best if self.none is None else self.none

@@ -16,10 +16,9 @@ overlap on FP8 fc1): a bound must be below what it bounds, and such an estimate 
 """
 from __future__ import annotations
 
-import copy
 import statistics
 
-from tptune.records.point_fields import point_median
+from tptune.records.measured_point import METRIC, MeasuredPoint
 from tptune.stats.rounds import Ratio, paired_ratio, point_rounds
 
 BOUND_BURN_IN_ROUNDS = 1
@@ -30,7 +29,7 @@ def is_bound(case_id: str | None) -> bool:
     return bool(case_id) and case_id.endswith("-nocomm")
 
 
-def burned_in(point: dict | None, rounds: int = BOUND_BURN_IN_ROUNDS) -> dict | None:
+def burned_in(point: MeasuredPoint | None, rounds: int = BOUND_BURN_IN_ROUNDS) -> MeasuredPoint | None:
     """The bound's point without its first ``rounds`` measured rounds (the median over the rest); the
     point as it is when that would leave fewer than two rounds. ``burn_in`` records what was left out."""
     r = point_rounds(point)
@@ -38,22 +37,20 @@ def burned_in(point: dict | None, rounds: int = BOUND_BURN_IN_ROUNDS) -> dict | 
         return point
     ids = sorted(r)
     keep, dropped = ids[rounds:], ids[:rounds]
-    p = copy.deepcopy(point)
-    tot = p["timing"]["total_ms"]
-    tot["rounds"] = [r[i] for i in keep]
-    tot["round_ids"] = keep
-    tot["median"] = statistics.median(tot["rounds"])
-    tot.pop("round_iters", None)
-    tot.pop("samples", None)
+    kept = [r[i] for i in keep]
+    timing = dict(point.timing)
+    timing[METRIC] = timing[METRIC].with_(rounds=tuple(kept), round_ids=tuple(keep),
+                                          median=statistics.median(kept)).without("round_iters", "samples")
     for k in ("fwd_ms", "bwd_ms"):   # their rounds stay whole: only total_ms enters a figure
-        p["timing"].get(k, {}).pop("samples", None)
-    p["burn_in"] = {"dropped_rounds": dropped, "why": "the bound's first round reads high (stats.bound)"}
-    return p
+        if k in timing:
+            timing[k] = timing[k].without("samples")
+    return point.with_(timing=timing,
+                       burn_in={"dropped_rounds": dropped, "why": "the bound's first round reads high (stats.bound)"})
 
 
-def bound_vs(bound: dict, setting: dict) -> Ratio | None:
+def bound_vs(bound: MeasuredPoint, setting: MeasuredPoint) -> Ratio | None:
     """bound / setting over the rounds of one session both were measured in; None without two."""
-    if bound.get("session") is None or bound.get("session") != setting.get("session"):
+    if bound.session is None or bound.session != setting.session:
         return None
     r = paired_ratio(point_rounds(bound), point_rounds(setting))
     return r if r is not None and r.rounds >= 2 else None
@@ -65,28 +62,28 @@ def is_fault(r: Ratio | None, margin: float = FAULT_MARGIN) -> bool:
     return r is not None and (r.lo > 1.0 or r.ratio > 1.0 + margin)
 
 
-def bound_faults(points: dict[str, dict], margin: float = FAULT_MARGIN) -> list[dict]:
+def bound_faults(points: dict[str, MeasuredPoint], margin: float = FAULT_MARGIN) -> list[dict]:
     """Every setting measured beside the bound that the bound reads slower than (is_fault); points
     recorded without rounds fall back to their medians against the margin."""
     bound = next((p for c, p in points.items() if is_bound(c)), None)
-    if bound is None or point_median(bound) == float("inf"):
+    if bound is None or bound.median() == float("inf"):
         return []
     note = "bound slower than a setting it bounds: measurement fault"
     faults = []
     for cid, p in points.items():
-        if p is bound or point_median(p) == float("inf"):
+        if p is bound or p.median() == float("inf"):
             continue
         r = bound_vs(bound, p) if point_rounds(bound) and point_rounds(p) else None
         if r is not None:
             if is_fault(r, margin):
-                faults.append({"bound": bound["case"], "above": cid, **r.to_dict(), "note": note})
-        elif point_median(bound) > point_median(p) * (1 + margin):
-            faults.append({"bound": bound["case"], "above": cid,
-                           "ratio": point_median(bound) / point_median(p), "note": note + " (medians)"})
+                faults.append({"bound": bound.case, "above": cid, **r.to_dict(), "note": note})
+        elif bound.median() > p.median() * (1 + margin):
+            faults.append({"bound": bound.case, "above": cid,
+                           "ratio": bound.median() / p.median(), "note": note + " (medians)"})
     return faults
 
 
-def bound_above_rounds(bound: dict, setting: dict) -> tuple[int, int]:
+def bound_above_rounds(bound: MeasuredPoint, setting: MeasuredPoint) -> tuple[int, int]:
     """(rounds where the bound reads slower than the setting, rounds both were measured in)."""
     a, b = point_rounds(bound), point_rounds(setting)
     common = sorted(set(a) & set(b))

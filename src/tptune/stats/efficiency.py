@@ -21,6 +21,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.stats.rounds import point_rounds, t975
 from tptune.stats.bound import bound_vs, is_fault
 
@@ -99,20 +100,20 @@ def _clip(x: float | None) -> float | None:
     return None if x is None else min(1.0, max(0.0, x))
 
 
-def paired_rounds(none: dict, chosen: dict, bound: dict) -> list[tuple[float, float, float]]:
+def paired_rounds(none: MeasuredPoint, chosen: MeasuredPoint, bound: MeasuredPoint) -> list[tuple[float, float, float]]:
     """(none, chosen, bound) of every round the three share, in round order."""
     rn, rc, rb = point_rounds(none), point_rounds(chosen), point_rounds(bound)
     return [(rn[r], rc[r], rb[r]) for r in sorted(set(rn) & set(rc) & set(rb))]
 
 
-def op_efficiency(none: dict | None, chosen: dict | None, bound: dict | None) -> Efficiency:
+def op_efficiency(none: MeasuredPoint | None, chosen: MeasuredPoint | None, bound: MeasuredPoint | None) -> Efficiency:
     """The efficiency of one op's chosen setting (module doc). ``bound`` after its burn-in."""
     if not (none and chosen and bound):
         return Efficiency(None, None, None, 0, why="no bound measured")
-    if chosen.get("case") == none.get("case"):
+    if chosen.case == none.case:
         return Efficiency(0.0, 0.0, 0.0, 0, raw=0.0, capped=None, why="no overlap chosen")
     rows = paired_rounds(none, chosen, bound)
-    if len({p.get("session") for p in (none, chosen, bound)}) != 1 or not rows:
+    if len({p.session for p in (none, chosen, bound)}) != 1 or not rows:
         return Efficiency(None, None, None, 0, why="not measured in one session")
     d1 = [n - c for n, c, _ in rows]
     d2 = [n - b for n, _, b in rows]
@@ -124,7 +125,7 @@ def op_efficiency(none: dict | None, chosen: dict | None, bound: dict | None) ->
     fault_r = bound_vs(bound, chosen)
     if is_fault(fault_r):
         return Efficiency(None, None, None, len(rows), raw=e, exposed_ms=exposed,
-                          fault={**fault_r.to_dict(), "bound": bound["case"], "above": chosen["case"]})
+                          fault={**fault_r.to_dict(), "bound": bound.case, "above": chosen.case})
     capped = "at bound" if e > 1 else "at none" if e < 0 else None
     return Efficiency(_clip(e), _clip(lo), _clip(hi), len(rows), raw=e, exposed_ms=exposed,
                       hidden_ms=exposed * _clip(e), capped=capped)
@@ -145,10 +146,10 @@ def median_efficiency(none_ms: float, chosen_ms: float, bound_ms: float) -> Effi
                       capped="at none" if e < 0 else None)
 
 
-def _op_columns(none: dict, chosen: dict, bound: dict, eff: Efficiency) -> tuple[list[float], list[float]]:
+def _op_columns(none: MeasuredPoint, chosen: MeasuredPoint, bound: MeasuredPoint, eff: Efficiency) -> tuple[list[float], list[float]]:
     """(D1, D2) of one op over its shared rounds; a capped op hides its exposed time (D1 := D2), an op
     that chose no overlap hides nothing (D1 := 0)."""
-    if chosen.get("case") == none.get("case"):
+    if chosen.case == none.case:
         rn, rb = point_rounds(none), point_rounds(bound)
         d2 = [rn[r] - rb[r] for r in sorted(set(rn) & set(rb))]
         return [0.0] * len(d2), d2
@@ -157,7 +158,7 @@ def _op_columns(none: dict, chosen: dict, bound: dict, eff: Efficiency) -> tuple
     return (list(d2) if eff.capped == "at bound" else [n - c for n, c, _ in rows]), d2
 
 
-def model_efficiency(per_op: dict[str, tuple[dict, dict, dict]]) -> Efficiency:
+def model_efficiency(per_op: dict[str, tuple[MeasuredPoint, MeasuredPoint, MeasuredPoint]]) -> Efficiency:
     """The capped efficiency of the summed ops: {op: (none, chosen, bound)}. e = sum_i mean(D1_i) /
     sum_i mean(D2_i) over every op's own shared rounds (capped as in _op_columns); the ops' sessions are
     independent, so the variance of the linearised residual means adds over ops (delta method), with

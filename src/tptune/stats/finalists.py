@@ -9,20 +9,20 @@ simply pick it per op: a gain within the margin on one op is often not there on 
 """
 from __future__ import annotations
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.stats.rounds import Ratio, ratio_of
-from tptune.records.point_fields import point_median
 
 
-def finalists(pick: dict | None, points: list[dict]) -> list[dict]:
+def finalists(pick: MeasuredPoint | None, points: list[MeasuredPoint]) -> list[dict]:
     """The points faster than ``pick`` beyond the noise (paired interval of point / pick below 1), fastest
     first, each with its ratio."""
-    if pick is None or point_median(pick) == float("inf"):
+    if pick is None or pick.median() == float("inf"):
         return []
     out = []
     for p in points:
-        if p is pick or p["case"] == pick["case"] or point_median(p) == float("inf"):
+        if p is pick or p.case == pick.case or p.median() == float("inf"):
             continue
         r: Ratio | None = ratio_of(p, pick)
         if r is not None and r.paired and r.rounds >= 2 and r.hi < 1.0:
-            out.append({"case": p["case"], **r.to_dict()})
+            out.append({"case": p.case, **r.to_dict()})
     return sorted(out, key=lambda f: f["ratio"])

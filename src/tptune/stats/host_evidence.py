@@ -10,6 +10,11 @@ figure includes host time, and the report warns, for block sessions as for op se
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tptune.records.measured_point import MeasuredPoint
+
 EVIDENCE_KEYS = ("entered_ms", "slept_ms", "enqueue_ms", "idle_marks")
 
 
@@ -39,11 +44,11 @@ def complete(batch: dict) -> bool:
     return all(k in (batch.get("evidence") or {}) for k in EVIDENCE_KEYS)
 
 
-def summary(point: dict | None) -> dict:
+def summary(point: MeasuredPoint | None) -> dict:
     """{batches, failed, attempts, by_check, unproven}: of one point's batches, those whose host fell
     behind after every attempt, the attempts spent, the verdicts by check, and the host-ahead batches whose
     recorded figures cannot show it (a queue verdict recorded without its evidence)."""
-    bs = ((point or {}).get("host") or {}).get("batches") or []
+    bs = [] if point is None else point.host_batches
     gpu = [b for b in bs if b.get("timing") == "gpu_host_ahead"]
     by = {}
     for b in gpu:
@@ -54,7 +59,7 @@ def summary(point: dict | None) -> dict:
             "unproven": sum(1 for b in gpu if b.get("host_ahead") is not False and not complete(b))}
 
 
-def behind_rounds(point: dict | None) -> list[int]:
+def behind_rounds(point: MeasuredPoint | None) -> list[int]:
     """Rounds whose batch never got the host ahead."""
-    bs = ((point or {}).get("host") or {}).get("batches") or []
+    bs = [] if point is None else point.host_batches
     return [b.get("round") for b in bs if b.get("timing") == "gpu_host_ahead" and b.get("host_ahead") is False]

@@ -29,7 +29,8 @@ import statistics
 from dataclasses import dataclass
 
 from tptune.cases import Case, parse_case_id
-from tptune.records.point_fields import INF, point_case, point_median, point_samples, point_stats
+from tptune.records.measured_point import MeasuredPoint
+from tptune.records.point_fields import INF, point_case, point_median
 from tptune.stats.rounds import Ratio, ratio_of
 from tptune.te.ubcfg import METHOD_DEFAULTS, case_ub_cfgs, op_entries
 
@@ -39,19 +40,19 @@ _METHOD_RANK = {"ring_exchange": 0, "pipeline": 1, "bulk": 2}
 _KIND_RANK = {"none": 0, "nocomm": 0, "chunked": 1, "ub": 2}
 
 
-def relative_se(point: dict | None) -> float:
+def relative_se(point: MeasuredPoint | None) -> float:
     """Standard error of the point's median, as a fraction of the median (0 if unknown)."""
-    stats = point_stats(point)
-    if stats is None:
+    t = None if point is None else point.summary()
+    if t is None:
         return 0.0
-    med = float(stats["median"])
-    xs = point_samples(point)
-    n = len(xs) or int(stats.get("n") or 0)
+    med = float(t.median)
+    xs = point.samples()
+    n = len(xs) or int(t.n or 0)
     if len(xs) >= 4:
         q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
         sigma = (q3 - q1) / 1.349
-    elif stats.get("p10") is not None and stats.get("p90") is not None:
-        sigma = (float(stats["p90"]) - float(stats["p10"])) / 2.563
+    elif t.p10 is not None and t.p90 is not None:
+        sigma = (float(t.p90) - float(t.p10)) / 2.563
     else:
         sigma = 0.0
     if n < 1 or med <= 0:
@@ -59,13 +60,13 @@ def relative_se(point: dict | None) -> float:
     return 1.2533 * sigma / math.sqrt(n) / med
 
 
-def margin(a: dict | None, b: dict | None, floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K) -> float:
+def margin(a: MeasuredPoint | None, b: MeasuredPoint | None, floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K) -> float:
     """Relative difference of medians below which ``a`` and ``b`` count as equal (module doc)."""
     m = max(floor, k * math.hypot(relative_se(a), relative_se(b)))
     return min(m, 0.99)
 
 
-def compare(a: dict | None, b: dict | None, margin: float) -> int:
+def compare(a: MeasuredPoint | None, b: MeasuredPoint | None, margin: float) -> int:
     """-1 if a beats b by more than ``margin`` (relative), +1 if b beats a, 0 for a tie."""
     ta, tb = point_median(a), point_median(b)
     if ta < tb * (1 - margin):
@@ -128,7 +129,7 @@ class Comparison:
                 **({"tie_margin": self.tie_margin} if self.tie_margin is not None else {})}
 
 
-def compare_points(a: dict | None, b: dict | None, *, floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K,
+def compare_points(a: MeasuredPoint | None, b: MeasuredPoint | None, *, floor: float = DEFAULT_FLOOR, k: float = DEFAULT_K,
                    tie: str = "cheaper", win: float | None = None) -> Comparison:
     """Compare two points; on a tie the winner is the cheaper case (``tie="cheaper"``, needs case
     ids) or the side named by ``tie`` ("a" or "b", for callers that know the order of cost).
@@ -165,7 +166,7 @@ def compare_points(a: dict | None, b: dict | None, *, floor: float = DEFAULT_FLO
                       ratio, resolved, tie_m)
 
 
-def point_ok_both(a: dict | None, b: dict | None) -> bool:
+def point_ok_both(a: MeasuredPoint | None, b: MeasuredPoint | None) -> bool:
     return point_median(a) != INF and point_median(b) != INF
 
 

@@ -31,6 +31,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tptune.records.measured_point import MeasuredPoint
 
 # Two-sided 97.5% quantiles of Student's t for df = 1..30 (then the normal 1.96).
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
@@ -129,28 +133,23 @@ def unpaired_ratio(a: list[float], b: list[float]) -> Ratio | None:
     return Ratio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), min(len(la), len(lb)), False)
 
 
-def point_rounds(point: dict | None, metric: str = "total_ms") -> dict[int, float]:
-    """{round id: value} of a measured point (empty for a failed point or one without rounds)."""
-    if not point or point.get("status") != "ok":
-        return {}
-    st = (point.get("timing") or {}).get(metric) or {}
-    vals, ids = st.get("rounds") or [], st.get("round_ids")
-    ids = ids if ids and len(ids) == len(vals) else list(range(len(vals)))
-    return {int(i): float(v) for i, v in zip(ids, vals)}
+def point_rounds(point: MeasuredPoint | None, metric: str = "total_ms") -> dict[int, float]:
+    """{round id: value} of a measured point (empty for a failed or missing point or one without rounds)."""
+    return {} if point is None else point.rounds(metric)
 
 
-def ratio_of(a: dict, b: dict, metric: str = "total_ms") -> Ratio | None:
+def ratio_of(a: MeasuredPoint, b: MeasuredPoint, metric: str = "total_ms") -> Ratio | None:
     """a / b: paired when both come from one session, else unpaired; None without rounds."""
     ra, rb = point_rounds(a, metric), point_rounds(b, metric)
     if not ra or not rb:
         return None
-    same = a.get("session") is not None and a.get("session") == b.get("session")
+    same = a.session is not None and a.session == b.session
     if same and set(ra) & set(rb):
         return paired_ratio(ra, rb)
     return unpaired_ratio(list(ra.values()), list(rb.values()))
 
 
-def center(point: dict | None, metric: str = "total_ms") -> float:
+def center(point: MeasuredPoint | None, metric: str = "total_ms") -> float:
     """Geometric mean of a point's round values (what ratios are built from); inf if none."""
     vals = [v for v in point_rounds(point, metric).values() if v > 0]
     return math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else math.inf
@@ -195,7 +194,7 @@ class SessionState:
         return [c for c in self.unresolved if c not in self.futile]
 
 
-def session_state(points: dict[str, dict], contenders: list[str], margin: float,
+def session_state(points: dict[str, MeasuredPoint], contenders: list[str], margin: float,
                   leader_among: list[str] | None = None, tie_margin: float | None = None,
                   budget: int | None = None) -> SessionState:
     """Leader = the contender with the smallest centre (among ``leader_among`` when given and any of

@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 import statistics
 
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.sessions import Session
 from tptune.stats.rounds import paired_log_ratios as pair_log_ratios
 from tptune.stats.rounds import point_rounds, t975
 
 
-def session_pairs(rec: dict, runs: dict[str, dict]) -> list[list[float]]:
+def session_pairs(rec: dict, runs: dict[str, MeasuredPoint]) -> list[list[float]]:
     """The per-round log ratios of each contender against the session's leader (pairs with two or more
     common rounds; failed members have no rounds and drop out)."""
     leader = rec.get("leader")

@@ -10,9 +10,9 @@ import polars as pl
 
 from tptune.cases import parse_case_id
 from tptune.errors import TraceError
-from tptune.records.point_fields import point_stats
+from tptune.records.measured_point import MeasuredPoint, TimingSummary
 from tptune.records.run_dir import SESSION_JSON, RunDir
-from tptune.records.sessions import load_session
+from tptune.records.sessions import load_session, read_point
 from tptune.trace.classify import fp8_patterns
 from tptune.trace.metrics import summarize, trace_metrics
 from tptune.trace.verdict import overlap_verdict
@@ -21,30 +21,30 @@ PHASE_PREFIX = {"forward": "fwd", "backward": "bwd"}
 METRICS = ("wall_ms", "gemm_ms", "comm_ms", "overlap_ms", "exposed_comm_ms", "other_ms")
 
 
-def _patterns(run: dict) -> dict | None:
+def _patterns(run: MeasuredPoint) -> dict | None:
     """FP8 runs: their amax all-reduces are not TP communication (trace.classify.fp8_patterns)."""
-    w = (run.get("model") or {}).get("workload") or {}
+    w = run.workload
     return fp8_patterns(w.get("recipe")) if w.get("dtype") == "fp8" else None
 
 
-def _case_frame(run: dict, base: Path) -> pl.DataFrame:
+def _case_frame(run: MeasuredPoint, base: Path) -> pl.DataFrame:
     """Metrics per rank/step/phase of one case's traces; a failed case or unreadable trace gives a
     one-row frame with ``error`` set, so the run goes on and the table shows why."""
     error, df = None, None
-    if run["status"] != "ok":
-        error = f"case failed: {(run.get('error') or {}).get('kind')}"
-    elif not run.get("traces"):
+    if run.status != "ok":
+        error = f"case failed: {run.error_kind}"
+    elif not run.traces:
         error = "no traces recorded (timing.profile_steps = 0)"
     else:
         try:
-            df = trace_metrics([base / t for t in run["traces"]], patterns=_patterns(run))
+            df = trace_metrics([base / t for t in run.traces], patterns=_patterns(run))
         except (TraceError, ValueError) as exc:
             error = f"trace analysis failed: {exc}"
     if df is None:
         df = pl.DataFrame({"error": [error]})
     else:
         df = df.with_columns(pl.lit(None, dtype=pl.String).alias("error"))
-    df = df.with_columns(pl.lit(run["case"]).alias("case"))
+    df = df.with_columns(pl.lit(run.case).alias("case"))
     for col in df.columns:  # Parquet has no type for sets/objects: stream sets become strings
         if df[col].dtype == pl.Object or isinstance(df[col].dtype, pl.List):
             df = df.with_columns(pl.col(col).cast(pl.List(pl.String)).list.join(",").alias(col))
@@ -53,7 +53,7 @@ def _case_frame(run: dict, base: Path) -> pl.DataFrame:
 
 def case_table(run_json: Path) -> pl.DataFrame:
     """The trace metrics of one case (its run.json)."""
-    return _case_frame(json.loads(run_json.read_text()), run_json.parent)
+    return _case_frame(read_point(run_json), run_json.parent)
 
 
 def session_table(session: Path) -> pl.DataFrame:
@@ -62,7 +62,7 @@ def session_table(session: Path) -> pl.DataFrame:
     frames = []
     for rel in sess["runs"].values():
         p = session / rel
-        frames.append(_case_frame(json.loads(p.read_text()), p.parent))
+        frames.append(_case_frame(read_point(p), p.parent))
     return pl.concat(frames, how="diagonal_relaxed")
 
 
@@ -83,19 +83,20 @@ def _flatten_summary(summary: pl.DataFrame | None) -> dict:
     return out
 
 
-def _timing(run: dict, key: str, field: str):
-    return (point_stats(run, key) or {}).get(field)
+def _timing(run: MeasuredPoint, key: str, field: str):
+    t = run.summary(key)
+    return None if t is None else getattr(t, field)
 
 
-def round_costs(run: dict) -> dict:
+def round_costs(run: MeasuredPoint) -> dict:
     """Where a member's rounds went, in seconds summed over its rounds (the slowest rank of each): the
     build (init_s), the measurement (measure_s: warm-up, probe, hold, pre-roll, timed window, profile,
     check), of which the timed window's GPU time (timed_s) and the hold (hold_s: the sleep and the
     pre-roll, GPU time), and the teardown (close_s). held_s - init_s - measure_s - close_s is the
     request's handling and round trip."""
-    launch = run.get("launch") or {}
-    samples = ((run.get("timing") or {}).get("total_ms") or {}).get("samples")
-    batches = (run.get("host") or {}).get("batches") or []
+    launch = run.launch or {}
+    samples = (run.timing.get("total_ms") or TimingSummary()).samples
+    batches = run.host_batches
     slept = [b.get("slept_ms") for b in batches]
     return {"init_s": launch.get("init_s"), "measure_s": launch.get("measure_s"), "close_s": launch.get("close_s"),
             "timed_s": sum(samples) / 1e3 if samples else None,
@@ -118,28 +119,24 @@ def measurement_table(run: RunDir, session_jsons: list[Path]) -> pl.DataFrame:
             else:
                 summary, aerr = None, "not analysed"
             summaries[(sname, cid)] = summary
-            err = r.get("error") or {}
-            corr = r.get("correctness") or {}
-            launch = r.get("launch") or {}
-            host = r.get("host") or {}
-            status = r["status"] if r["status"] != "ok" or summary is not None or (aerr or "").startswith("no traces") \
+            launch = r.launch or {}
+            status = r.status if r.status != "ok" or summary is not None or (aerr or "").startswith("no traces") \
                 else "failed"
-            tot = (r.get("timing") or {}).get("total_ms") or {}
+            rounds = (r.timing.get("total_ms") or TimingSummary()).rounds
             rows.append({
                 "session": sname, "case": cid, "op": case.op, "tp": case.tp, "variant": case.variant_id,
                 "kind": case.variant.kind, "status": status,
-                "error_kind": err.get("kind") or (None if status == "ok" else "trace"),
-                "error": (err.get("message") or (aerr if status != "ok" else None)),
+                "error_kind": r.error_kind or (None if status == "ok" else "trace"),
+                "error": (r.error_message or (aerr if status != "ok" else None)),
                 "median_ms": _timing(r, "total_ms", "median"), "p10_ms": _timing(r, "total_ms", "p10"),
                 "p90_ms": _timing(r, "total_ms", "p90"), "spread": _timing(r, "total_ms", "spread"),
-                "n": _timing(r, "total_ms", "n"), "rounds": len(tot.get("rounds") or []),
-                "round_spread": (max(tot["rounds"]) / min(tot["rounds"]) - 1) if tot.get("rounds") else None,
+                "n": _timing(r, "total_ms", "n"), "rounds": len(rounds or ()),
+                "round_spread": (max(rounds) / min(rounds) - 1) if rounds else None,
                 "fwd_median_ms": _timing(r, "fwd_ms", "median"), "bwd_median_ms": _timing(r, "bwd_ms", "median"),
-                "host_ms": host.get("host_ms"), "host_bound": host.get("host_bound"),
-                "host_ahead": host.get("host_ahead"),
-                "correct": corr.get("ok") if corr else None,
+                "host_ms": r.host_ms, "host_bound": r.host_bound, "host_ahead": r.host_ahead,
+                "correct": r.correct,
                 "server_started": launch.get("server_started"), "case_s": launch.get("case_s"),
-                "wall_s": r.get("wall_s"), **round_costs(r),
+                "wall_s": r.wall_s, **round_costs(r),
                 **_flatten_summary(summary), "analysis_error": aerr,
             })
     for row in rows:  # verdict against the no-overlap case of the same session
