@@ -29,9 +29,9 @@ def test_every_legitimate_setting_passes_well_inside_the_factors():
     for name, run in runs().items():
         if name.endswith("per-expert"):
             continue
-        for setting, rj in run["settings"].items():
+        for setting, point in run["settings"].items():
             if setting not in run["pairs"]:
-                assert rj["status"] == "ok" and rj["correctness"]["ok"] is True, (name, setting)
+                assert point.status == "ok" and point.correct is True, (name, setting)
 
 
 def test_the_bf16_mismatched_pairs_fail_by_far_or_te_refuses_them():

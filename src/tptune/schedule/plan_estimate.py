@@ -10,7 +10,10 @@ upper bound unless ``decision.explore_all_tps``). A session's rounds are its rou
 share sessions of its kind used in the committed runs; its seconds are its member-rounds times the
 committed runs' seconds per member-round of its kind and TP (schedule.wall_fit), and the bookkeeping,
 group starts, start-up and tail are theirs too. The sessions are then laid on the node as a measured run's
-are (schedule.simulate). The fit is of GPU runs: for the torch (CPU) backend the figure is rough.
+are (schedule.simulate). The confirm stage (te, confirm.enabled) follows, one launch after another: its
+rounds x 3 launches, each the committed launches' median start-up plus its iterations at their median
+iteration time (the model's own iteration is not known before it is measured). The fit is of GPU runs: for
+the torch (CPU) backend the figure is rough.
 """
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ class WallEstimate:
     rough: bool
     notes: list[str] = field(default_factory=list)
     explores_all: bool = True       # decision.explore_all_tps: every TP counted is measured
+    confirm_s: float = 0.0          # the confirm stage's share of predicted_wall_s (0: off)
 
     def as_record(self) -> dict:
         """wall_predicted.json (keys other tools read: gpus, sessions_planned, predicted_wall_s, basis, per_tp)."""
@@ -62,15 +66,16 @@ class WallEstimate:
                 "first_start_s": round(d["first_start_s"], 1), "last_end_s": round(d["last_end_s"], 1)}
         return {"gpus": self.gpus, "sessions_planned": len(self.sessions),
                 "predicted_wall_s": round(self.predicted_wall_s), "basis": self.basis, "rough": self.rough,
-                "per_tp": per_tp, "notes": self.notes}
+                "per_tp": per_tp, "confirm_s": round(self.confirm_s), "notes": self.notes}
 
     def line(self) -> str:
         tps = ", ".join(f"TP {tp} {d['sessions']}" for tp, d in self.per_tp.items())
         where = (f"{self.gpus} GPUs" if not self.rough else
                  f"{self.gpus} worker slots; rough: costed as on GPUs, the CPU backend's rounds run longer")
         upper = "" if self.explores_all else ", at most: the TP decision may stop earlier"
+        confirm = f"; the confirm stage {self.confirm_s:.0f} s of it" if self.confirm_s else ""
         return (f"predicted wall time on this node ({where}): {self.predicted_wall_s:.0f} s for "
-                f"{len(self.sessions)} planned sessions ({tps}{upper})")
+                f"{len(self.sessions)} planned sessions ({tps}{upper}){confirm}")
 
 
 def _flat_point(case: str) -> dict:
@@ -143,6 +148,20 @@ def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession]
     return as_measured, out
 
 
+def confirm_seconds(s: Settings, table: dict) -> tuple[float, str | None]:
+    """The confirm stage's predicted seconds (module doc) and how, or (0, None) where it does not run."""
+    fitted = table.get("confirm")
+    if not (s.confirm.enabled and s.backend == "te"):
+        return 0.0, None
+    launches = s.confirm.rounds * 3
+    if not fitted:
+        return 0.0, "the confirm stage not counted: no committed confirm.json to cost its launches with"
+    per = fitted["launch_start_s"] + s.confirm.iters * fitted["iteration_s"]
+    return launches * per, (f"the confirm stage: {launches} launches of {per:.0f} s (the median start-up of "
+                            f"{fitted['launches']} committed launches, {fitted['launch_start_s']:.0f} s, and "
+                            f"{s.confirm.iters} iterations at their median {fitted['iteration_s']:.2f} s)")
+
+
 def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) -> WallEstimate:
     """The run's predicted wall time on ``gpus`` GPUs (default: the run's gpus_per_node)."""
     table = table if table is not None else load_table()
@@ -162,9 +181,12 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) ->
              "the search where nothing moves (every setting ties)"]
     if rough:
         notes.append("rough: seconds per member-round fitted on GPU runs, this run measures on CPU")
+    confirm_s, confirm_note = confirm_seconds(s, table)
+    if confirm_note:
+        notes.append(confirm_note)
     basis = (f"{len(planned)} sessions planned where nothing moves, costed with the fit of "
              f"{len(table['runs'])} committed GPU runs (tptune/data/wall_fit.json), laid on {gpus} GPUs"
              + ("; rough: CPU backend" if rough else ""))
-    return WallEstimate(gpus=gpus, predicted_wall_s=table["outside_s"] + sched.span_s, sessions=planned,
-                        per_tp=sched.per_tp(), basis=basis, rough=rough, notes=notes,
-                        explores_all=bool(s.decision.explore_all_tps))
+    return WallEstimate(gpus=gpus, predicted_wall_s=table["outside_s"] + sched.span_s + confirm_s,
+                        sessions=planned, per_tp=sched.per_tp(), basis=basis, rough=rough, notes=notes,
+                        explores_all=bool(s.decision.explore_all_tps), confirm_s=confirm_s)

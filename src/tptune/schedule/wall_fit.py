@@ -7,7 +7,9 @@ wall_s.txt was measured by more than one invocation). Fitted, per session kind (
 TP: the median seconds per member-round (a member measured once in a session's round, group start left
 out) and the median share of the round budget (max_rounds) a session used; and over all runs: the median
 worker-group start, the median bookkeeping wait per edge kind (schedule.measured.EDGES), and the median
-time outside the sessions' span (start-up and tail).
+time outside the sessions' span (start-up and tail; a confirm stage the run's workflow ran is left out of
+it). And the confirm stage's launches (tptune.confirm), from every committed confirm.json: the median
+start-up of a launch (its wall time less its logged iterations) and the median iteration.
 """
 from __future__ import annotations
 
@@ -62,6 +64,31 @@ def _max_rounds(run: RunDir, name: str) -> int | None:
     return rec.get("max_rounds")
 
 
+def confirm_in_wall(run: RunDir, cfg: dict) -> float:
+    """Seconds of the run's wall_s.txt its workflow's confirm stage took (0 where the stage was off or ran
+    apart, by ``tptune confirm``)."""
+    if (cfg.get("confirm") or {}).get("enabled") is not True or not run.confirm_json.is_file():
+        return 0.0
+    return float(json.loads(run.confirm_json.read_text()).get("wall_s") or 0.0)
+
+
+def confirm_fit(results: Path) -> dict | None:
+    """A confirm launch's cost from every committed confirm.json's launches that ran (module doc)."""
+    starts, iters, runs = [], [], []
+    for path in sorted(Path(results).glob("**/confirm.json")):
+        rec = json.loads(path.read_text())
+        ok = [x for x in rec.get("launches") or [] if x.get("status") == "ok" and x.get("iterations")]
+        for x in ok:
+            starts.append(x["wall_s"] - sum(i["ms"] for i in x["iterations"]) / 1000)
+            iters.append(x["median_ms"] / 1000)
+        if ok:
+            runs.append(path.parent.relative_to(results).as_posix())
+    if not starts:
+        return None
+    return {"runs": runs, "launches": len(starts), "launch_start_s": round(statistics.median(starts), 3),
+            "iteration_s": round(statistics.median(iters), 4)}
+
+
 def fit(results: Path) -> dict:
     """The table (module doc) from the runs under ``results``."""
     used, skipped = fitted_runs(results)
@@ -74,7 +101,7 @@ def fit(results: Path) -> dict:
     for run, sessions, wall in used:
         cfg = ms.run_config(run)
         starts += [x.start_s for x in sessions if x.group_starts and x.start_s]
-        outside.append(wall - ms.span(sessions))
+        outside.append(wall - ms.span(sessions) - confirm_in_wall(run, cfg))
         g = ms.gaps(sessions, int(cfg.get("gpus_per_node") or 8))
         for k in ms.EDGES:
             waits[k] += g.waits[k]
@@ -96,6 +123,7 @@ def fit(results: Path) -> dict:
                                   if k == kind} for kind in KINDS},
         "rounds_share": {k: r3(statistics.median(v)) for k, v in share.items() if v},
         "sessions": sum(len(s) for _, s, _ in used),
+        "confirm": confirm_fit(results),
     }
 
 
