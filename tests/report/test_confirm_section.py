@@ -31,11 +31,41 @@ def test_the_section_says_the_ratio_rounds_loss_and_layers_share(tmp_path):
     assert text.index("## In Megatron-LM") < text.index(ANCHOR.strip())
 
 
-def test_the_committed_one_round_confirm_says_not_judged():
-    """rep1's confirm.json (one round on 4x H200): no interval, and the loss not judged (no repeat noise), with
-    NVIDIA's preset's own difference beside the set's."""
+def test_one_round_says_not_judged(tmp_path):
+    """Round 0 of rep1's committed confirm (4x H200) alone: no interval, and the loss not judged (no repeat noise),
+    with NVIDIA's preset's own difference beside the set's."""
+    import json
+
+    from tptune.confirm.stage import rederive_confirm
+
+    dst = tmp_path / "run"
+    shutil.copytree(RUN, dst, ignore=shutil.ignore_patterns("sessions", "analysis", "search", "figures", "logs",
+                                                            "*.parquet", "*.csv"))
+    rec = json.loads((dst / "confirm.json").read_text())
+    rec["launches"] = [x for x in rec["launches"] if x["round"] == 0]
+    rec["rounds_planned"] = 1
+    (dst / "confirm.json").write_text(json.dumps(rec))
+    rederive_confirm(RunDir(dst))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
-    md = confirm_section(env, RunDir(RUN))
+    md = confirm_section(env, RunDir(dst))
     assert "[no interval: one round], 1 round (undecided)" in md
-    assert "loss not judged: one round has no repeat noise" in md and "`nvidia_bf16_tp2`'s 0.0004" in md
+    assert "loss not judged: one round has no repeat noise" in md and "`nvidia_bf16_tp2`'s 0.00" in md
+
+
+def test_the_committed_confirms_headline_is_on_the_answer_card():
+    """Both committed three-round confirms (4x H200): the answer card's line gives the set / preset ratio with its
+    interval and rounds, the layers' share of the iteration and the loss verdict, as confirm.json has them."""
+    import json
+
+    for run in (RUN, ROOT / "results" / "confirm-mistral-small-24b-h200x4"):
+        c = json.loads((run / "confirm.json").read_text())
+        sp = c["ratios"]["set/preset"]
+        card = (run / "report.md").read_text().split("\n## ")[1]
+        assert card.startswith("Answer")
+        line = next(x for x in card.splitlines() if x.startswith("**In Megatron-LM's training loop**"))
+        assert line.startswith(f"**In Megatron-LM's training loop** ({c['layers']} layers, about "
+                               f"{100 * c['layers_share']['share']:.0f}% of the iteration): {sp['ratio']:.3f} of "
+                               f"`{c['settings']['preset']['label']}`'s iteration time [{sp['lo']:.3f}, "
+                               f"{sp['hi']:.3f}], {sp['rounds']} rounds ({sp['words']})"), line
+        assert c["loss_ok"] is True and line.endswith("; loss as without overlap.")

@@ -9,6 +9,7 @@ import jinja2
 from tptune.records.run_dir import RunDir
 
 ANCHOR = "\n## How it was measured"
+HEADLINE_BEFORE = "\n**Load**"      # the answer card's paragraph the one-line headline goes before
 
 
 def _iv(r: dict) -> str:
@@ -45,8 +46,33 @@ def confirm_section(env: jinja2.Environment, run: RunDir) -> str:
         preset=c["settings"]["preset"]["label"], share=c.get("layers_share"), loss=_loss(c), iv=_iv)
 
 
-def with_confirm_section(text: str, section: str) -> str:
-    """``text`` (report.md) with ``section`` after the answer card (before "How it was measured")."""
+def confirm_headline(run: RunDir) -> str:
+    """The answer card's line on the confirm stage (the report's first screen), "" without confirm.json."""
+    if not run.confirm_json.is_file():
+        return ""
+    c = json.loads(run.confirm_json.read_text())
+    if "not_run" in c:
+        return "**In Megatron-LM's training loop**: not confirmed (see its section below)."
+    sp, preset = c["ratios"].get("set/preset"), c["settings"]["preset"]["label"]
+    if not sp:
+        return (f"**In Megatron-LM's training loop** ({c['layers']} layers): no round ran both the set and "
+                f"`{preset}` (see its section below).")
+    share = c.get("layers_share")
+    took = f", about {100 * share['share']:.0f}% of the iteration" if share else ""
+    loss = "**loss differs from no overlap's**" if c.get("loss_ok") is False else _loss(c)
+    loss = loss.split(" (")[0]
+    return (f"**In Megatron-LM's training loop** ({c['layers']} layers{took}): {sp['ratio']:.3f} of `{preset}`'s "
+            f"iteration time [{_iv(sp)}], {sp['rounds']} round{'s' if sp['rounds'] != 1 else ''} ({sp['words']}); "
+            f"{loss}.")
+
+
+def with_confirm_section(text: str, section: str, headline: str = "") -> str:
+    """``text`` (report.md) with ``section`` after the answer card (before "How it was measured") and
+    ``headline`` in the card, before its list of files to load."""
+    if headline:
+        i = text.find(HEADLINE_BEFORE)
+        if i >= 0:
+            text = text[:i + 1] + headline + "\n\n" + text[i + 1:]
     if not section:
         return text
     i = text.find(ANCHOR)

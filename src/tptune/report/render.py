@@ -18,7 +18,7 @@ from tptune.stats.wording import classify_ratio, not_a_figure
 from tptune.model.plan import plan_summary
 from tptune.records import load
 from tptune.records.files import write_text_atomic
-from tptune.report.confirm_section import confirm_section, with_confirm_section
+from tptune.report.confirm_section import confirm_headline, confirm_section, with_confirm_section
 from tptune.records.layer_result import decided_layers
 from tptune.records.load import decided_points
 from tptune.records.measured_point import MeasuredPoint
@@ -394,6 +394,6 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         calibration=_calibration(run), shape_rows=_shape_rows(recorded, meas, ops),
         status=status, measured_with=_measured_with(sessions), wall_time=wall_time_line(run, sessions),
     )
-    text = with_confirm_section(text, confirm_section(env_t, run))
+    text = with_confirm_section(text, confirm_section(env_t, run), confirm_headline(run))
     write_text_atomic(out, text)
     return out
