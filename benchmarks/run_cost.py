@@ -1,17 +1,7 @@
 """Where a tuning run's time went, from its small files (measurements.csv, wall_s.txt when present); the
 computation is tptune.records.run_cost (``tptune figures`` quotes it through its ``run_cost`` kind).
 
-Per op and for the whole run, per member-round (a setting measured once in a session's round, its
-columns summed over the member's rounds and divided by them):
-
-- window: the timed window's GPU time (timed_s);
-- hold: the sleep and the pre-roll before it (hold_s);
-- warm-up etc.: the rest of the measurement (measure_s - timed_s - hold_s): warm-up and probe
-  iterations, the ranks' syncs;
-- build, teardown: init_s, close_s;
-- evidence: profiler traces and the numerics check (case_s - init_s - measure_s);
-- handling: what the request held beyond the case (wall_s - case_s - close_s): the worker's handling
-  and the client's round trip.
+What each column is: tptune.records.run_cost's docstring.
 
 With wall_s.txt (scripts/device_workflow.sh writes it) it also prints the run's wall time against the
 sum of what its members held: the difference is Snakemake, the bookkeeping jobs, start-up and
