@@ -65,7 +65,13 @@ def test_the_committed_confirms_headline_is_on_the_answer_card():
         assert card.startswith("Answer")
         line = next(x for x in card.splitlines() if x.startswith("**In Megatron-LM's training loop**"))
         assert line.startswith(f"**In Megatron-LM's training loop** ({c['layers']} layers, about "
-                               f"{100 * c['layers_share']['share']:.0f}% of the iteration): {sp['ratio']:.3f} of "
+                               f"{100 * c['layers_share']['share']:.0f}% of the iteration, the tuned ops "
+                               f"{100 * c['ops_share']['share']:.0f}%): {sp['ratio']:.3f} of "
                                f"`{c['settings']['preset']['label']}`'s iteration time [{sp['lo']:.3f}, "
                                f"{sp['hi']:.3f}], {sp['rounds']} rounds ({sp['words']})"), line
         assert c["loss_ok"] is True and line.endswith("; loss as without overlap.")
+        ops = c["ops_share"]      # the TP point's chosen setting of each op, fwd+bwd, one layer and micro-batch
+        dec = json.loads((run / "decisions.json").read_text())
+        per = {op: rec["points"][str(c["tp"])]["best"]["timing"]["total_ms"]["median"] for op, rec in dec["ops"].items()}
+        assert ops["ops_ms"] == {op: round(v, 4) for op, v in per.items()}
+        assert 0 < ops["share"] < c["layers_share"]["share"] < 1

@@ -4,10 +4,13 @@ optimizer, no pipeline), at least 2 and at most ``max_layers``, which keeps the 
 adds to every iteration of every launch); and how much of the iteration those layers are."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import replace
 
 from tptune.model.memory import GIB, estimate
 from tptune.model.spec import ModelConfig
+from tptune.records.measured_point import MeasuredPoint
 
 MIN_LAYERS = 2
 
@@ -67,3 +70,25 @@ def layers_share(layer_record: dict | None, layers: int, micro_batches: int, ite
     share = per_layer * layers * micro_batches / iteration_ms
     return {"share": round(share, 3), "block_ms_per_layer": round(per_layer, 3), "iteration_ms": iteration_ms,
             "from": f"layer/tp{layer_record.get('tp')}.json {layer_record.get('tuned')}"}
+
+
+def ops_share(decisions: dict | None, tp: int, layers: int, micro_batches: int,
+              iteration_ms: float | None) -> dict | None:
+    """The share of the set's iteration the four tuned ops take (their GEMMs with the TP communication the set
+    overlaps: what the emitted files change), from the TP point's chosen setting of each op (decisions.json
+    ``ops.<op>.points.<tp>.best``, fwd+bwd, one layer, one micro-batch) x layers x micro_batches over the
+    iteration time. None where an op has no TP point at ``tp`` or there is no iteration time."""
+    if not decisions or not iteration_ms:
+        return None
+    per_op = {}
+    for op, rec in (decisions.get("ops") or {}).items():
+        best = ((rec.get("points") or {}).get(str(tp)) or {}).get("best")
+        ms = MeasuredPoint.from_dict(best, f"decisions.json ops.{op}.points.{tp}.best").median() if best else math.inf
+        if not math.isfinite(ms):
+            return None
+        per_op[op] = round(ms, 4)
+    if not per_op:
+        return None
+    per_layer = sum(per_op.values())
+    return {"share": round(per_layer * layers * micro_batches / iteration_ms, 3), "ops_ms_per_layer": round(per_layer, 3),
+            "ops_ms": per_op, "iteration_ms": iteration_ms, "from": f"decisions.json ops.*.points.{tp}.best"}

@@ -14,7 +14,7 @@ from tptune.confirm import available, compare
 from tptune.confirm.defaults import DEFAULTS
 from tptune.confirm.command import ENTRY, LAUNCH_ENV, launch_env, launcher_argv, merged, model_args
 from tptune.confirm.launch import run_launch
-from tptune.confirm.layers import choose_layers, layers_share
+from tptune.confirm.layers import choose_layers, layers_share, ops_share
 from tptune.confirm.settings import SETTINGS, confirm_settings, confirm_tp, read_json
 from tptune.emit.records import write_record
 from tptune.model.memory import gpu_memory_bytes
@@ -76,7 +76,8 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
     record = summarize(launches, settings={k: v.to_dict() for k, v in settings.items()}, tp=tp, layers=n,
                        layers_why=layers_why, rounds=rounds, iters=iters, timed_from=timed_from,
                        loss_iters=loss_iters, micro_batches=micro_batches, seed=seed, margin=margin,
-                       layer_record=_layer_record(run, tp), command=_launcher(launcher, tp, 0) + base)
+                       layer_record=_layer_record(run, tp), decisions=_decisions(run),
+                       command=_launcher(launcher, tp, 0) + base)
     record["wall_s"] = round(time.monotonic() - t0, 1)
     write_record(run.confirm_json, record)
     return record
@@ -94,10 +95,15 @@ def rederive_confirm(run: RunDir) -> dict | None:
                        layers_why=old["layers_why"], rounds=old["rounds_planned"], iters=old["iterations"],
                        timed_from=old["timed_from"], loss_iters=old["loss_iterations"],
                        micro_batches=old["micro_batches"], seed=old["seed"], margin=old["margin"],
-                       layer_record=_layer_record(run, old["tp"]), command=old["command"])
+                       layer_record=_layer_record(run, old["tp"]), decisions=_decisions(run),
+                       command=old["command"])
     record["wall_s"] = old.get("wall_s")
     write_record(run.confirm_json, record)
     return record
+
+
+def _decisions(run: RunDir) -> dict | None:
+    return json.loads(run.decisions_json.read_text()) if run.decisions_json.is_file() else None
 
 
 def _layer_record(run: RunDir, tp: int) -> dict | None:
@@ -107,7 +113,7 @@ def _layer_record(run: RunDir, tp: int) -> dict | None:
 
 def summarize(launches: list[dict], *, settings: dict, tp: int, layers: int, layers_why: str, rounds: int,
               iters: int, timed_from: int, loss_iters: int, micro_batches: int, seed: int, margin: float,
-              layer_record: dict | None, command: list[str]) -> dict:
+              layer_record: dict | None, command: list[str], decisions: dict | None = None) -> dict:
     """confirm.json's record from the launches (values only: tests feed it recorded launches)."""
     ratios = compare.ratios(launches, PAIRS, margin)
     numerics = {s: compare.numerics(launches, s, "none", n=loss_iters) for s in ("set", "preset")}
@@ -127,5 +133,6 @@ def summarize(launches: list[dict], *, settings: dict, tp: int, layers: int, lay
         "loss_ok": numerics["set"]["ok"],
         "loss_failures": loud, "launch_failures": failed,
         "layers_share": layers_share(layer_record, layers, micro_batches, mid),
+        "ops_share": ops_share(decisions, tp, layers, micro_batches, mid),
         "env": LAUNCH_ENV, "command": command, "launches": launches,
     }

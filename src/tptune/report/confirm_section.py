@@ -43,7 +43,8 @@ def confirm_section(env: jinja2.Environment, run: RunDir) -> str:
         return f"## In Megatron-LM's training loop\n\nNot confirmed: {c['not_run']}.\n"
     return env.get_template("confirm.md.j2").render(
         c=c, sp=c["ratios"].get("set/preset"), sn=c["ratios"].get("set/none"),
-        preset=c["settings"]["preset"]["label"], share=c.get("layers_share"), loss=_loss(c), iv=_iv)
+        preset=c["settings"]["preset"]["label"], share=c.get("layers_share"), ops=c.get("ops_share"), loss=_loss(c),
+        iv=_iv)
 
 
 def confirm_headline(run: RunDir) -> str:
@@ -57,8 +58,9 @@ def confirm_headline(run: RunDir) -> str:
     if not sp:
         return (f"**In Megatron-LM's training loop** ({c['layers']} layers): no round ran both the set and "
                 f"`{preset}` (see its section below).")
-    share = c.get("layers_share")
+    share, ops = c.get("layers_share"), c.get("ops_share")
     took = f", about {100 * share['share']:.0f}% of the iteration" if share else ""
+    took += f", the tuned ops {100 * ops['share']:.0f}%" if ops else ""
     loss = "**loss differs from no overlap's**" if c.get("loss_ok") is False else _loss(c)
     loss = loss.split(" (")[0]
     return (f"**In Megatron-LM's training loop** ({c['layers']} layers{took}): {sp['ratio']:.3f} of `{preset}`'s "
