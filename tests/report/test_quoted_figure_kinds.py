@@ -4,6 +4,9 @@ import csv
 import json
 from pathlib import Path
 
+import pytest
+
+from tptune.errors import TptuneError
 from tptune.report.quoted_figures import Figures
 
 ROOT = Path(__file__).parents[2]
@@ -106,3 +109,59 @@ def test_value_counts_a_recorded_list_and_reads_a_knob_steps_kept_ratio():
     assert figs.get("ties") == str(len(dec["ops"]["qkv"]["ties"])) == "4"
     # the report's search path prints the same step
     assert f"fc2_fprop.method pipeline→ring_exchange; {figs.get('ring')})" in (RESULTS / "tp24-llama3-70b-h200x4/rep1/report.md").read_text()
+
+
+def test_host_counts_the_host_ahead_attempts_of_every_block_batch():
+    """knobs-qwen3-30b-a3b-h200x2 ran with launch.host_attempts; the H100 pair before it retried every batch 4 times."""
+    figs = _figs(**{run: {"kind": "host", "session": f"{run}/sessions/layer/tp2", "a": "ub.tuned_tp2",
+                          "format": "{attempts} {batches} {attempts_per_batch:.1f}"}
+                    for run in ("knobs-qwen3-30b-a3b-h200x2", "knobs-qwen3-30b-a3b-h100x2")})
+    for run in ("knobs-qwen3-30b-a3b-h200x2", "knobs-qwen3-30b-a3b-h100x2"):
+        block = RESULTS / run / "sessions/layer/tp2"
+        runs = json.loads((block / "session.json").read_text())["runs"].values()
+        batches = [b for rel in runs for b in json.loads((block / rel).read_text())["host"]["batches"]]
+        attempts = sum(b["attempts"] for b in batches)
+        assert figs.get(run) == f"{attempts} {len(batches)} {attempts / len(batches):.1f}"
+    assert figs.get("knobs-qwen3-30b-a3b-h200x2") == "35 17 2.1" and figs.get("knobs-qwen3-30b-a3b-h100x2") == "124 31 4.0"
+    readme = (RESULTS / "README.md").read_text()
+    assert ("<!-- figure:qwen3_h200x2.attempts -->2.1<!-- /figure --> host-ahead attempts per block batch instead of "
+            "<!-- figure:qwen3_h100x2.attempts -->4.0<!-- /figure -->") in readme
+
+
+def test_run_cost_sums_the_seconds_of_every_session():
+    run = "knobs-llama3-70b-x2-fast-rep2"
+    figs = _figs(c={"kind": "run_cost", "run": run, "format": "{sessions_s:.3f} {steps_s:.3f} {points_s:.3f} {blocks_s:.3f}"})
+    total, *kinds = map(float, figs.get("c").split())
+    walls = [json.loads(f.read_text())["wall_s"] for f in (RESULTS / run).glob("sessions/**/session.json")]
+    assert abs(total - sum(walls)) < 2e-3 and abs(total - sum(kinds)) < 2e-3
+    assert "sessions alone take <!-- figure:fast_rep2.cost_row -->217 s: TP points 65 s" in (RESULTS / "README.md").read_text()
+
+
+def test_verify_numerics_takes_the_legitimate_settings_largest_error_and_each_mismatched_pair():
+    """numerics-calibration: verify.json names the mismatched pairs (their switches); every other setting's
+    run.json tensors are legitimate."""
+    runs = ["numerics-calibration/h100x4-llama3-70b-tp2", "numerics-calibration/h100x2-qwen3-30b-a3b-tp2"]
+    figs = _figs(both={"kind": "verify_numerics", "runs": runs, "format": "{legit_l2:.4f} {legit_maxdiff:.4f}"},
+                 tp2={"kind": "verify_numerics", "runs": runs[:1], "format": "{legit_l2:.4f} {pair[ub.pair1][l2_ratio]:.4f} "
+                                                                          "{pair[ub.pair1][failed]} {pair[ub.pair2][status]}"})
+    l2, maxdiff = [], []
+    for rel in runs:
+        verify = json.loads((RESULTS / rel / "verify.json").read_text())
+        pairs = {r["setting"] for r in verify["block"]["rows"] if r.get("switches")}
+        for rj in (RESULTS / rel).glob("sessions/layer/tp*/*/run.json"):
+            tensors = (json.loads(rj.read_text()).get("correctness") or {}).get("tensors") or {}
+            if rj.parent.name not in pairs and tensors:
+                l2 += [t["l2_ratio"] for t in tensors.values()]
+                maxdiff += [t["max_ratio"] for t in tensors.values()]
+    assert figs.get("both") == f"{max(l2):.4f} {max(maxdiff):.4f}"
+    pair = json.loads((RESULTS / runs[0] / "sessions/layer/tp2/ub.pair1/run.json").read_text())["correctness"]["tensors"]
+    legit, worst, failed, refused = figs.get("tp2").split()
+    assert float(legit) < float(figs.get("both").split()[0]) and failed == "True" and refused == "failed"
+    assert worst == f"{max(t['l2_ratio'] for t in pair.values()):.4f}"
+    assert "(<!-- figure:calib.legit -->1.04×<!-- /figure --> at most)" in (RESULTS / "README.md").read_text()
+
+
+def test_verify_numerics_refuses_a_folder_that_is_no_verify_run():
+    figs = _figs(x={"kind": "verify_numerics", "runs": ["knobs-llama3-70b-x2"], "format": "{legit_l2}"})
+    with pytest.raises(TptuneError, match="knobs-llama3-70b-x2: no verify.json"):
+        figs.get("x")

@@ -37,19 +37,25 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
   efficiency  an Efficiency recorded in a JSON file (decisions.json meta.model_efficiency): as reports print it.
   host     setting ``a``'s host launch time against its GPU time in a block or op session (run.json
            host: host_ms, gpu_ms; ms its median), and the session's timed batches (batches) and those whose
-           host never got ahead after every attempt (failed), every member's (stats.host_evidence); the
-           setting's own: own_batches, own_failed.
+           host never got ahead after every attempt (failed), every member's (stats.host_evidence), the
+           host-ahead attempts they took (attempts; attempts_per_batch = attempts / batches); the setting's
+           own: own_batches, own_failed.
   numerics the block numerics of ``files:`` (layer/tp<N>.json), setting ``a:`` or every setting: each
            tensor's error over no overlap's, its largest (output, input_grad, weight_grads), the smallest
            and largest over every tensor (min, max), the settings (settings) and those that passed (passed).
   run_cost where run ``run:``'s time went (records.run_cost; benchmarks/run_cost.py prints it): wall_s,
            member_rounds, held_s (what the members held), per_mr_s, window_per_mr_s (per member-round),
            op[OP][member_rounds|held_s|steps], sessions, steps|points|blocks (sessions of each kind) and
-           steps_s|points_s|blocks_s (their seconds), span_s, idle_s (inside the span, no session ran),
+           steps_s|points_s|blocks_s (their seconds; sessions_s their sum), span_s, idle_s (inside the span, no session ran),
            outside_s (wall_s − span_s), gap_s (the median gap before a session on its GPUs), group_start_s
            (the worker-group starts inside sessions, their members' connect_s), no_search_s (what the run
            would spend at its own costs measuring no search step: its points and blocks, its group starts,
            outside_s and one gap_s before each point and block).
+  verify_numerics  the numerics of ``tptune verify`` runs ``runs:`` (folders with verify.json, e.g. under
+           numerics-calibration/; records.verify_numerics): legit_l2, legit_maxdiff (the largest rel. L2 and
+           max |diff| ratio, error over no overlap's, any legitimate setting reached on any tensor, over the
+           runs) and, of the first run, pair[SETTING][l2_ratio|max_ratio|worst|failed] (a mismatched pair's
+           worst tensor by L2 ratio).
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
            Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]"); ``n``
            the length of a recorded list or dict (e.g. an op's ties).
@@ -73,6 +79,7 @@ from tptune.records.point_fields import point_median
 from tptune.records.run_cost import run_cost
 from tptune.records.run_dir import RunDir
 from tptune.records.sessions import load_session
+from tptune.records.verify_numerics import table as verify_numerics_table
 from tptune.schedule.measured import read_sessions
 from tptune.stats.bound import burned_in, is_bound
 from tptune.stats.efficiency import Efficiency, op_efficiency
@@ -197,12 +204,14 @@ class Figures:
             return d["format"].format(**self._numerics(d["files"], d.get("a")))
         if kind == "run_cost":
             return d["format"].format(**self._run_cost(d["run"]))
+        if kind == "verify_numerics":
+            return d["format"].format(**self._verify_numerics(d["runs"]))
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "host, numerics, run_cost, value")
+                         "host, numerics, run_cost, verify_numerics, value")
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``
@@ -247,9 +256,11 @@ class Figures:
             raise ValueError(f"{rel}: {case} records no host launch time (host.host_ms, host.gpu_ms)")
         summaries = [host_summary(p) for p in bs.session.points.values()]
         own = host_summary(bs.session.points[case])
+        batches, attempts = sum(x["batches"] for x in summaries), sum(x["attempts"] for x in summaries)
         return {"host_ms": host["host_ms"], "gpu_ms": host["gpu_ms"], "ms": point_median(_point(bs, case)),
                 "own_failed": own["failed"], "own_batches": own["batches"],
-                "batches": sum(x["batches"] for x in summaries), "failed": sum(x["failed"] for x in summaries)}
+                "batches": batches, "failed": sum(x["failed"] for x in summaries), "attempts": attempts,
+                "attempts_per_batch": attempts / batches if batches else None}
 
     def _numerics(self, files: list[str], variant: str | None) -> dict:
         """The block numerics of ``files`` (layer/tp<N>.json): each tensor's error over no overlap's (l2_ratio)
@@ -274,6 +285,22 @@ class Figures:
         return {**{t: max(v) for t, v in ratios.items()}, "min": min(every), "max": max(every),
                 "settings": settings, "passed": passed}
 
+    def _verify_numerics(self, runs: list[str]) -> dict:
+        """The largest error ratios of the legitimate settings of verify runs ``runs`` (records.verify_numerics),
+        and the first run's mismatched pairs."""
+        rows = []
+        for rel in runs:
+            path = self.results / rel
+            if not (path / "verify.json").is_file():
+                raise ValueError(f"{rel}: no verify.json (runs: names tptune verify run folders under results/)")
+            rows += [r for r in verify_numerics_table(path.parent) if r["run"] == path.name]
+        l2 = [r["legit_max_l2"] for r in rows if r["legit_max_l2"] is not None]
+        if not l2:
+            raise ValueError(f"{runs}: no legitimate setting recorded its tensors' errors")
+        return {"legit_l2": max(l2), "legit_maxdiff": max(r["legit_max_maxdiff"] for r in rows
+                                                          if r["legit_max_maxdiff"] is not None),
+                "pair": rows[0]["pairs"]}
+
     def _run_cost(self, run: str) -> dict:
         """Where run ``run``'s time went (records.run_cost, benchmarks/run_cost.py prints the same), flat."""
         res = run_cost(self.results / run)
@@ -285,7 +312,7 @@ class Figures:
                   "per_mr_s": total["held_s"] / total["member_rounds"],
                   "window_per_mr_s": (total["window"] / total["member_rounds"]) if total["window"] is not None else None,
                   "op": {op: {**g, "steps": tl["steps_per_op"].get(op, 0)} for op, g in res["ops"].items()},
-                  "sessions": sum(v["sessions"] for v in k.values()),
+                  "sessions": sum(v["sessions"] for v in k.values()), "sessions_s": sum(v["s"] for v in k.values()),
                   **{kind: v["sessions"] for kind, v in k.items()}, **{f"{kind}_s": v["s"] for kind, v in k.items()},
                   "span_s": tl["span_s"], "idle_s": tl["idle_s"], "gap_s": tl["gap_s"],
                   "outside_s": res["wall_s"] - tl["span_s"] if res["wall_s"] is not None else None}
