@@ -77,3 +77,28 @@ def test_the_dry_run_line_never_raises(bad):
     from tptune.cli.wall import dry_run_line
 
     assert dry_run_line(bad).startswith("tptune: no wall-time prediction (")
+
+
+def test_the_confirm_stage_is_counted_where_it_runs():
+    """The Mistral run's config (te, confirm on by default) is predicted with the confirm stage: its rounds x 3
+    launches, each the committed launches' median start-up plus its iterations at their median; the fit is of
+    every committed confirm.json's launches that ran, and the same config with the stage off predicts that much
+    less. The fit leaves the stage out of the time outside the sessions (its run's wall_s.txt holds it)."""
+    run = RESULTS / "confirm-mistral-small-24b-h200x4"
+    s = _settings(run)
+    assert s.backend == "te" and s.confirm.enabled
+    table = load_table()
+    c = table["confirm"]
+    launches = [x for p in sorted(RESULTS.glob("**/confirm.json")) for x in json.loads(p.read_text()).get("launches", [])
+                if x["status"] == "ok"]
+    assert c["launches"] == len(launches) >= 18
+    est = estimate(s, table=table)
+    per = c["launch_start_s"] + s.confirm.iters * c["iteration_s"]
+    assert est.confirm_s == pytest.approx(s.confirm.rounds * 3 * per)
+    assert f"the confirm stage {est.confirm_s:.0f} s of it" in est.line() and est.as_record()["confirm_s"] > 0
+    cfg, source, _ = load_run_config([run / "config.json"])
+    off = estimate(resolve_here({**cfg, "confirm": {**cfg["confirm"], "enabled": False}}, source=source, base_dir=ROOT,
+                                check_hardware=False), table=table)
+    assert off.confirm_s == 0 and est.predicted_wall_s - off.predicted_wall_s == pytest.approx(est.confirm_s)
+    wall = float((run / "wall_s.txt").read_text())
+    assert abs(est.predicted_wall_s / wall - 1) < 0.25          # 736 s against the measured 774 s
