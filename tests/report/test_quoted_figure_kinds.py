@@ -165,3 +165,18 @@ def test_verify_numerics_refuses_a_folder_that_is_no_verify_run():
     figs = _figs(x={"kind": "verify_numerics", "runs": ["knobs-llama3-70b-x2"], "format": "{legit_l2}"})
     with pytest.raises(TptuneError, match="knobs-llama3-70b-x2: no verify.json"):
         figs.get("x")
+
+
+def test_spread_is_max_over_min_of_the_recorded_calls_not_the_rounded_summary():
+    """noise-x2/noise-window500.json's summary rounds proj's spread to 0.0065 (0.7%); its 7 calls give 0.645%."""
+    rel = "noise-x2/noise-window500.json"
+    figs = _figs(s={"kind": "spread", "file": rel, "key": "calls.proj/gpu", "format": "{spread:.4%} {n} {median:.3f}"},
+                 bad={"kind": "spread", "file": rel, "key": "tp"})
+    rec = json.loads((RESULTS / rel).read_text())
+    ms = [c["ms"] for c in rec["calls"]["proj/gpu"]]
+    assert figs.get("s") == f"{max(ms) / min(ms) - 1:.4%} 7 {sorted(ms)[3]:.3f}"
+    summary = next(x for x in rec["summary"] if (x["op"], x["mode"]) == ("proj", "gpu"))
+    assert f"{summary['spread']:.1%}" == "0.7%" and figs.get("s").startswith("0.645")
+    assert "**<!-- figure:noise_x2.window500.proj.gpu -->0.6%<!-- /figure -->" in (RESULTS / "README.md").read_text()
+    with pytest.raises(TptuneError, match="tp is no list of records"):
+        figs.get("bad")

@@ -56,6 +56,9 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            max |diff| ratio, error over no overlap's, any legitimate setting reached on any tensor, over the
            runs) and, of the first run, pair[SETTING][l2_ratio|max_ratio|worst|failed] (a mismatched pair's
            worst tensor by L2 ratio).
+  spread   max / min − 1 (spread), min, max, median and n of field ``field`` (default ms) over the records of a
+           JSON list (``file``, ``key`` as for value), e.g. a noise benchmark's calls: the spread from the
+           recorded values, not from a rounded summary.
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
            Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]"); ``n``
            the length of a recorded list or dict (e.g. an op's ties).
@@ -66,6 +69,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -206,12 +210,14 @@ class Figures:
             return d["format"].format(**self._run_cost(d["run"]))
         if kind == "verify_numerics":
             return d["format"].format(**self._verify_numerics(d["runs"]))
+        if kind == "spread":
+            return d.get("format", "{spread:.1%}").format(**_spread(self.results / d["file"], d["key"], d.get("field", "ms")))
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "host, numerics, run_cost, verify_numerics, value")
+                         "host, numerics, run_cost, verify_numerics, spread, value")
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``
@@ -397,6 +403,17 @@ def _json_key(path: Path, key: str):
     for k in key.split("."):
         v = v[int(k)] if isinstance(v, list) else v[k]
     return v
+
+
+def _spread(path: Path, key: str, field: str) -> dict:
+    rows = _json_key(path, key)
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path.name}: {key} is no list of records (expected [{{{field!r}: ...}}, ...])")
+    xs = [r[field] for r in rows]
+    if min(xs) <= 0:
+        raise ValueError(f"{path.name}: {key}: {field} must be positive for a spread, got {min(xs)}")
+    return {"spread": max(xs) / min(xs) - 1, "min": min(xs), "max": max(xs), "median": statistics.median(xs),
+            "n": len(xs)}
 
 
 def quoting_files(root: Path) -> list[Path]:
