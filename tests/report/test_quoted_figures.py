@@ -178,3 +178,26 @@ def test_the_kinds_a_run_readme_quotes_read_the_committed_records():
     assert figs.get("op_verify") == "0.973 [0.967, 0.979]"
     with pytest.raises(TptuneError, match=r"figure no_such: only: .*measured no"):
         figs.get("no_such")
+
+
+def test_a_run_folders_own_figures_yaml_is_merged_and_a_name_defined_twice_refused(tmp_path):
+    """results/<run>/figures.yaml holds the figures only that run's README quotes; they are computed like the
+    top file's, and a name both define is an error naming both files."""
+    import shutil
+
+    from tptune.report.quoted_figures import load_spec
+
+    results = tmp_path / "results"
+    run = results / "defaults-mistral-small-24b-h100x4"
+    run.mkdir(parents=True)
+    shutil.copy(RESULTS / "defaults-mistral-small-24b-h100x4" / "wall_s.txt", run / "wall_s.txt")
+    (results / "figures.yaml").write_text("figures:\n  a.wall: {kind: value, file: defaults-mistral-small-24b-h100x4/"
+                                          "wall_s.txt, format: '{value:.0f} s'}\n")
+    (run / "figures.yaml").write_text("figures:\n  b.wall: {kind: value, file: defaults-mistral-small-24b-h100x4/"
+                                      "wall_s.txt, format: '{value:.1f} s'}\n")
+    figs = Figures(results)
+    wall = float((run / "wall_s.txt").read_text())
+    assert figs.get("a.wall") == f"{wall:.0f} s" and figs.get("b.wall") == f"{wall:.1f} s"
+    (run / "figures.yaml").write_text("figures:\n  a.wall: {kind: value, file: x, format: '{value}'}\n")
+    with pytest.raises(TptuneError, match=r"figure 'a.wall' is defined in .*results/figures.yaml too"):
+        load_spec(results)

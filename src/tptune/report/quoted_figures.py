@@ -1,7 +1,8 @@
 """Every figure the READMEs and docs quote, computed from the committed results (``tptune figures``).
 
 ``results/figures.yaml`` names each quoted figure once: what it is (a kind below), the session(s) it comes
-from and its wording. A Markdown file quotes it between markers, ``<!-- figure:NAME -->...<!-- /figure -->``
+from and its wording; a run folder's own ``figures.yaml`` holds the figures only its README quotes, in the same
+form (load_spec merges them; a name defined twice is an error). A Markdown file quotes it between markers, ``<!-- figure:NAME -->...<!-- /figure -->``
 inline, or a whole block of text with ``{NAME}`` placeholders between ``<!-- figures:BLOCK -->`` and
 ``<!-- /figures:BLOCK -->``. A block names the file it lives in (``file:``, relative to the repository: the
 README's headline figures, results/README.md's proven-results table) and its ``text:``; a block whose markers
@@ -135,13 +136,32 @@ def _point(bs: BlockSession, case: str, keep_burn_in: bool = False) -> dict:
     return burned_in(p) if is_bound(case) and not keep_burn_in else p
 
 
+def load_spec(results: Path) -> dict:
+    """results/figures.yaml merged with every run folder's own figures.yaml (results/<run>/figures.yaml: the
+    figures its README quotes, paths still under results/); a name defined twice is an error naming both files."""
+    files = [results / SPEC, *sorted(p for p in results.rglob(SPEC) if p.parent != results)]
+    spec: dict = {"figures": {}, "blocks": {}}
+    where: dict[tuple[str, str], Path] = {}
+    for f in files:
+        own = yaml.safe_load(f.read_text()) or {}
+        if not isinstance(own, dict) or set(own) - {"figures", "blocks"}:
+            raise TptuneError(f"{f}: expected a mapping with figures: and blocks: (results/{SPEC} says what each is)")
+        for part in ("figures", "blocks"):
+            for name, d in (own.get(part) or {}).items():
+                if (part, name) in where:
+                    raise TptuneError(f"{f}: {part[:-1]} {name!r} is defined in {where[part, name]} too: one "
+                                      "definition each")
+                where[part, name] = f
+                spec[part][name] = d
+    return spec
+
+
 class Figures:
     """The figures of one results tree, computed on demand and kept."""
 
     def __init__(self, results: str | Path, spec: dict | None = None):
         self.results = Path(results)
-        spec_file = self.results / SPEC
-        self.spec = spec if spec is not None else yaml.safe_load(spec_file.read_text())
+        self.spec = spec if spec is not None else load_spec(self.results)
         self.defs = self.spec.get("figures") or {}
         self.blocks = self.spec.get("blocks") or {}
         self._index: list[BlockSession] | None = None
