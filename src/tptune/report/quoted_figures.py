@@ -60,6 +60,8 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
   spread   max / min − 1 (spread), min, max, median and n of field ``field`` (default ms) over the records of a
            JSON list (``file``, ``key`` as for value), e.g. a noise benchmark's calls: the spread from the
            recorded values, not from a rounded summary.
+  calc     arithmetic over recorded values (report.figure_calc: sums, ratios, differences, aggregates and
+           element-wise operations over lists, JSON-lines files), formatted as ``value``
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
            Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]"); ``n``
            the length of a recorded list or dict (e.g. an op's ties).
@@ -79,6 +81,7 @@ import yaml
 
 from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
+from tptune.report.figure_calc import calc
 from tptune.records.block_sessions import BlockSession, index, same_pair
 from tptune.records.point_fields import point_median
 from tptune.records.run_cost import run_cost
@@ -232,12 +235,15 @@ class Figures:
             return d["format"].format(**self._verify_numerics(d["runs"]))
         if kind == "spread":
             return d.get("format", "{spread:.1%}").format(**_spread(self.results / d["file"], d["key"], d.get("field", "ms")))
+        if kind == "calc":
+            v = calc(self.results, d)
+            return d.get("format", "{value}").format(value=v)
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "host, numerics, run_cost, verify_numerics, spread, value")
+                         "host, numerics, run_cost, verify_numerics, spread, value, calc")
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``

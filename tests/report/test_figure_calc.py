@@ -1,0 +1,61 @@
+"""The calc figure kind (report.figure_calc) on committed records: a difference of wall times, the median of
+per-call ratios of two recorded lists, aggregates over a mapping's values and over a JSON-lines file; what is not
+arithmetic over the values is refused."""
+import json
+import statistics
+
+import pytest
+
+from tptune.report.figure_calc import calc, evaluate
+from tptune.report.quoted_figures import Figures
+
+from conftest import ROOT
+
+RESULTS = ROOT / "results"
+
+
+def test_a_difference_of_recorded_wall_times_and_a_confirm_stage_share():
+    run = "confirm-mistral-small-24b-h200x4"
+    d = {"expr": "wall - stage", "values": {"wall": {"file": f"{run}/wall_s.txt"},
+                                             "stage": {"file": f"{run}/confirm.json", "key": "wall_s"}}}
+    wall = float((RESULTS / run / "wall_s.txt").read_text())
+    stage = json.loads((RESULTS / run / "confirm.json").read_text())["wall_s"]
+    assert calc(RESULTS, d) == pytest.approx(wall - stage)
+    figs = Figures(RESULTS, spec={"figures": {"x": {"kind": "calc", **d, "format": "{value:.0f} s"}}})
+    assert figs.get("x") == f"{wall - stage:.0f} s"
+
+
+def test_element_wise_ratios_of_two_recorded_lists_and_their_median():
+    rec = json.loads((RESULTS / "tp24-llama3-70b-h200x4/rep1/confirm.json").read_text())
+    by = {s: [x["median_ms"] for x in sorted(rec["launches"], key=lambda x: x["round"]) if x["setting"] == s]
+          for s in ("set", "none")}
+    d = {"expr": "median(a / b)", "values": {
+        "a": {"file": "tp24-llama3-70b-h200x4/rep1/confirm.json", "key": "launches", "where": {"setting": "set"},
+              "field": "median_ms"},
+        "b": {"file": "tp24-llama3-70b-h200x4/rep1/confirm.json", "key": "launches", "where": {"setting": "none"},
+              "field": "median_ms"}}}
+    # launches are recorded round by round, so the filtered lists pair by round
+    assert calc(RESULTS, d) == pytest.approx(statistics.median([a / b for a, b in zip(by["set"], by["none"])]))
+
+
+def test_a_mapping_and_a_json_lines_file_aggregate(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.json").write_text(json.dumps({"sd": {"qkv": 0.03, "proj": 0.04}}))
+    (tmp_path / "r" / "y.jsonl").write_text('{"ms": 2.0}\n{"ms": 4.0}\n\n{"ms": 9.0}\n')
+    assert calc(tmp_path / "r", {"expr": "rms(a)", "values": {"a": {"file": "x.json", "key": "sd"}}}) == \
+        pytest.approx((0.5 * (0.03 ** 2 + 0.04 ** 2)) ** 0.5)
+    assert calc(tmp_path / "r", {"expr": "max(a) / min(a) - 1", "values": {
+        "a": {"file": "y.jsonl", "lines": True, "field": "ms"}}}) == pytest.approx(3.5)
+
+
+@pytest.mark.parametrize("expr, why", [("__import__('os')", "not arithmetic"), ("a.real", "not arithmetic"),
+                                       ("b + 1", "none of values"), ("a +", "expr")])
+def test_what_is_not_arithmetic_over_the_values_is_refused(expr, why):
+    with pytest.raises(ValueError, match=why):
+        evaluate(expr, {"a": 1.0})
+
+
+def test_a_missing_key_names_the_value_and_the_file():
+    d = {"expr": "a", "values": {"a": {"file": "confirm-mistral-small-24b-h200x4/confirm.json", "key": "ratios.nope"}}}
+    with pytest.raises(ValueError, match=r"values.a \(confirm-mistral-small-24b-h200x4/confirm.json\): no 'nope'"):
+        calc(RESULTS, d)
