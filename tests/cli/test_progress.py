@@ -128,3 +128,23 @@ def test_sessions_finished_at_once_append_whole_lines(tmp_path):
     assert sorted(e["session"] for e in events[1:]) == sorted(f"w{w}/tp2/knobs/step{i}" for w in range(4)
                                                               for i in range(200))
     assert len(progress.current(run).sessions) == 800
+
+
+def test_the_confirm_stage_after_the_sessions_is_counted_until_it_has_run(tmp_path):
+    """wall_predicted.json's confirm_s (the plan counts the stage, te) follows the sessions: the sessions' time
+    left is timed against the prediction without it, the stage's seconds are added, and the last session's line
+    says it follows; once confirm.json is written nothing is added."""
+    run = _run(tmp_path, THREE)
+    _predict(run, 800, 40, confirm_s=400)
+    est = estimate(run, _ahead(9), now=T0 + 36)
+    f = 3 / 40
+    assert est.confirm_s == 400
+    assert est.left_s == pytest.approx((1 - f) * 400 * (1 - f) + f * 36 / 3 * 37 + 400)
+    end = estimate(run, _ahead(0, True), now=T0 + 36)
+    assert end.planned == end.done == 3 and end.left_s == pytest.approx(400)
+    assert line("qkv/tp2/knobs/step1", 8.0, end).endswith(
+        "no session left: the confirm stage (about 6 min 40 s) and the report follow")
+    run.confirm_json.write_text("{}")
+    done = estimate(run, _ahead(0, True), now=T0 + 36)
+    assert done.confirm_s == 0 and done.left_s == 0
+    assert line("qkv/tp2/knobs/step1", 8.0, done).endswith("no session left: the report follows")

@@ -12,7 +12,9 @@
   not yet done and the pace so far (elapsed / done per session left), weighted by the share done, so it
   starts at the prediction and ends at the measured pace; without one, the pace alone. A prediction is
   the whole run's, so it is this invocation's only where no session of the run was recorded before it
-  started (a rerun that re-measures one session is timed by its own pace).
+  started (a rerun that re-measures one session is timed by its own pace). The confirm stage follows the
+  sessions: where the prediction counts it (wall_predicted.json's confirm_s) and its confirm.json is not yet
+  written, its predicted seconds are added to the sessions' time left, and the last line says it follows.
 
 The line goes to the console the workflow's jobs hold (TPTUNE_CONSOLE_FD, the Snakefile's shell prefix:
 Snakemake's own stderr, where a job's stdout and stderr go to its log; under Slurm, the job's log), else
@@ -38,6 +40,7 @@ class Estimate:
     left_s: float | None         # None: unknown
     from_start: bool = True      # elapsed since the invocation's start (else since its first session's)
     final: bool = False          # a whole run whose searches are over: no session beyond the planned ones
+    confirm_s: float = 0.0       # the confirm stage still to run after the sessions, predicted seconds
 
 
 def time_left(done: int, planned: int | None, elapsed_s: float | None,
@@ -62,15 +65,18 @@ def estimate(run: RunDir, ahead: Ahead | None, now: float | None = None) -> Esti
     start = inv.earliest
     elapsed = now - start if start is not None else None
     fresh = inv.start is not None and _fresh(run, inv.start)
-    pred = progress.prediction(run) if fresh else None
+    whole = progress.prediction(run)
+    pred = whole if fresh else None
+    confirm_s = whole.confirm_s if whole is not None and not run.confirm_json.exists() else 0.0
     planned = None
     if ahead is not None or inv.scheduled is not None:
         todo = set(ahead.sessions if ahead is not None else ()) | set(inv.scheduled or ())
         planned = done + len(todo - {str(e.get("session")) for e in inv.sessions})
     if pred is not None and pred.sessions is not None and not (ahead is not None and ahead.final):
         planned = max(planned or 0, pred.sessions, done)
-    left = time_left(done, planned, elapsed, pred.wall_s if pred else None)
-    return Estimate(done, planned, elapsed, left, inv.start is not None, fresh and ahead is not None and ahead.final)
+    left = time_left(done, planned, elapsed, pred.wall_s - pred.confirm_s if pred else None)
+    return Estimate(done, planned, elapsed, None if left is None else left + confirm_s, inv.start is not None,
+                    fresh and ahead is not None and ahead.final, confirm_s)
 
 
 def _fresh(run: RunDir, start: float) -> bool:
@@ -102,8 +108,10 @@ def line(name: str, wall_s: float | None, est: Estimate) -> str:
     parts = [f"tptune: session {count} done ({what})"]
     if est.elapsed_s is not None:
         parts.append(f"{duration(est.elapsed_s)} elapsed" + ("" if est.from_start else " since the first session"))
+    then = (f"the confirm stage (about {duration(est.confirm_s)}) and the report follow" if est.confirm_s
+            else "the report follows")
     if est.planned is not None and est.planned == est.done:
-        parts.append("no session left: the report follows" if est.final else "no further session known yet")
+        parts.append(f"no session left: {then}" if est.final else "no further session known yet")
     elif est.left_s is not None:
         parts.append(f"about {duration(est.left_s)} left")
     else:

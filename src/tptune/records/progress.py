@@ -156,6 +156,7 @@ class Prediction:
     sessions: int | None
     gpus: int | None
     basis: str | None
+    confirm_s: float = 0.0      # the confirm stage's share of wall_s: it follows the sessions
 
 
 def prediction(run: RunDir) -> Prediction | None:
@@ -170,5 +171,7 @@ def prediction(run: RunDir) -> Prediction | None:
     if wall is None or wall <= 0:
         return None
     basis = rec.get("basis")
+    confirm = _num(rec.get("confirm_s"))
     return Prediction(wall, int(n) if n and n > 0 else None, int(gpus) if gpus else None,
-                      basis if isinstance(basis, str) else None)
+                      basis if isinstance(basis, str) else None,
+                      confirm if confirm is not None and 0 < confirm < wall else 0.0)
