@@ -48,3 +48,23 @@ def test_a_plain_snakemake_run_is_timed_by_its_progress_record(tmp_path):
         "last session's end; the jobs after that not counted); predicted: no `wall_predicted.json`")
     run.wall_s_txt.write_text("130\n")
     assert wall_time_line(run).startswith("**Wall time**: measured 130 s (`wall_s.txt`)")
+
+
+def test_a_workflow_run_confirm_stage_is_named_and_a_prediction_without_it_compared_without_it(tmp_path):
+    """The Mistral run (results/confirm-mistral-small-24b-h200x4): its workflow ran the confirm stage, and its
+    wall_predicted.json was written before the plan counted the stage: the line says how much the stage took and
+    compares the prediction with the measured time less the stage; a prediction that counts it (confirm_s) is
+    compared with the whole."""
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(ROOT / "results" / "confirm-mistral-small-24b-h200x4", run.root,
+                    ignore=shutil.ignore_patterns("sessions", "analysis", "*.parquet", "*.png", "search", "logs"))
+    wall = float(run.wall_s_txt.read_text())
+    stage = json.loads(run.confirm_json.read_text())["wall_s"]
+    pred = json.loads(run.wall_predicted_json.read_text())
+    assert "confirm_s" not in pred
+    line = wall_time_line(run)
+    assert f"measured {wall:.0f} s (`wall_s.txt`); of which the confirm stage {stage:.0f} s (`confirm.json`)" in line
+    assert (f"predicted {pred['predicted_wall_s']:.0f} s on 4 GPUs without the confirm stage (the prediction did "
+            f"not count it), measured less the stage / predicted {(wall - stage) / pred['predicted_wall_s']:.2f}") in line
+    run.wall_predicted_json.write_text(json.dumps({**pred, "predicted_wall_s": 736, "confirm_s": 380}))
+    assert f"predicted 736 s on 4 GPUs, measured / predicted {wall / 736:.2f}" in wall_time_line(run)

@@ -3,8 +3,13 @@ the files). Measured: wall_s.txt where whoever ran snakemake timed it (scripts/d
 the progress record's span, each invocation from its start to its last session's end (the jobs after the
 last session, the report among them, are outside it). Predicted: wall_predicted.json (before measuring,
 on this node) and, where present, wall_s.8gpu-predicted.txt. A missing file is named, never an error. Where
-a measuring job waited for the shared worker pool (another run's workers), the line says how long."""
+a measuring job waited for the shared worker pool (another run's workers), the line says how long. Where the
+run's workflow ran the confirm stage (config.json's confirm.enabled, confirm.json's wall_s), the line says how
+much of the measured time it took, and a prediction that did not count it (no confirm_s: written before the
+plan counted the stage) is compared with the measured time less the stage."""
 from __future__ import annotations
+
+import json
 
 from tptune.records import progress
 from tptune.records.run_dir import RunDir
@@ -36,6 +41,19 @@ def pool_wait(sessions: list[dict]) -> tuple[float, int]:
     return sum(waits), len(waits)
 
 
+def confirm_in_wall_s(run: RunDir) -> float:
+    """Seconds of the measured wall time the run's workflow spent in the confirm stage (0: none ran in it)."""
+    try:
+        cfg = json.loads(run.config_json.read_text())
+        rec = json.loads(run.confirm_json.read_text())
+    except (OSError, ValueError):
+        return 0.0
+    if (cfg.get("confirm") or {}).get("enabled") is not True or not isinstance(rec, dict):
+        return 0.0
+    w = rec.get("wall_s")
+    return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 else 0.0
+
+
 def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
     """The line (module doc); ``sessions``: the run's session.json records, for the waits on the pool."""
     wall, source = measured(run)
@@ -45,12 +63,18 @@ def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
         parts.append(f"of which the measuring jobs waited {_s(waited)} for the shared worker pool ({n} "
                      "session(s); `launcher.pool_dir`: another run, a test run or a leftover job held its "
                      "GPUs or cores), time this run's own measuring did not take")
+    stage = confirm_in_wall_s(run) if wall is not None else 0.0
+    if stage:
+        parts.append(f"of which the confirm stage {_s(stage)} (`confirm.json`)")
     pred = progress.prediction(run)
     if pred is None:
         parts.append("predicted: no `wall_predicted.json`")
     else:
         on = f" on {pred.gpus} GPUs" if pred.gpus else ""
         ratio = f", measured / predicted {wall / pred.wall_s:.2f}" if wall is not None else ""
+        if stage and not pred.confirm_s:
+            on += " without the confirm stage (the prediction did not count it)"
+            ratio = f", measured less the stage / predicted {(wall - stage) / pred.wall_s:.2f}"
         basis = f": {pred.basis[:200]}" if pred.basis else ""
         parts.append(f"predicted {_s(pred.wall_s)}{on}{ratio} (`wall_predicted.json`{basis})")
     node8 = progress.predicted_8gpu_wall_s(run)
