@@ -43,6 +43,9 @@ def measured(run_dir: Path, op: str, tp: int, search_only: bool = True) -> dict[
 
 def summarize(run_dir: Path, op: str, tp: int) -> dict:
     sess = [(p, x) for p, x in _sessions(run_dir, op, tp) if p.parent.name != "point"]
+    if not sess:
+        raise SystemExit(f"search_cost.py: {RunDir(run_dir).point_session(op, tp).parent}: no search session of "
+                         f"{op} at TP {tp} (a run recorded before sessions, e.g. results/legacy, has none to count)")
     runs = measured(run_dir, op, tp)
     point = json.loads(RunDir(run_dir).tp_point(op, tp).read_text())
     best = next((c for c in runs if point.get("searches") and
