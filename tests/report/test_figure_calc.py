@@ -59,3 +59,27 @@ def test_a_missing_key_names_the_value_and_the_file():
     d = {"expr": "a", "values": {"a": {"file": "confirm-mistral-small-24b-h200x4/confirm.json", "key": "ratios.nope"}}}
     with pytest.raises(ValueError, match=r"values.a \(confirm-mistral-small-24b-h200x4/confirm.json\): no 'nope'"):
         calc(RESULTS, d)
+
+
+def test_csv_glob_listed_keys_t_quantiles_and_counts(tmp_path):
+    """A measurements.csv's rows, every file of a glob, a key holding a dot, Student's t as the package's, and a
+    count of values below a threshold."""
+    from tptune.stats.rounds import t975
+
+    r = tmp_path / "r"
+    (r / "cases" / "a").mkdir(parents=True)
+    (r / "cases" / "b").mkdir(parents=True)
+    (r / "m.csv").write_text("op,tp,median_ms\nqkv,2,1.5\nqkv,4,0.9\nfc1,2,7.0\n")
+    (r / "cases" / "a" / "run.json").write_text(json.dumps({"wall_s": 2.0}))
+    (r / "cases" / "b" / "run.json").write_text(json.dumps({"wall_s": 3.5}))
+    (r / "d.json").write_text(json.dumps({"searches": {"tp2/wgrad.bulk": [0.97, 1.01, 0.99]}}))
+    assert calc(r, {"expr": "sum(a)", "values": {"a": {"file": "m.csv", "csv": True, "where": {"op": "qkv"},
+                                                        "field": "median_ms"}}}) == pytest.approx(2.4)
+    assert calc(r, {"expr": "sum(a)", "values": {"a": {"glob": "cases/*/run.json", "key": "wall_s"}}}) == 5.5
+    v = {"a": {"file": "d.json", "key": ["searches", "tp2/wgrad.bulk"]}}
+    assert calc(r, {"expr": "sum(lt(a, 1))", "values": v}) == 2
+    assert calc(r, {"expr": "t975(4) * 2", "values": {}}) == pytest.approx(2 * t975(4))
+    assert calc(r, {"expr": "len(concat(a, a, 1))", "values": v}) == 7
+    assert calc(r, {"expr": "exp(mean(log(a)))", "values": v}) == pytest.approx((0.97 * 1.01 * 0.99) ** (1 / 3))
+    with pytest.raises(ValueError, match="no file matches"):
+        calc(r, {"expr": "a", "values": {"a": {"glob": "nothing/*.json"}}})

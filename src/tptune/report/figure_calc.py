@@ -7,31 +7,41 @@ hand.
            format: "{value:.1%}"}
 
 Each of ``values`` reads one recorded value: ``file`` (under results/) with ``key`` (a dotted JSON path, list
-indices as numbers) or, for a .txt, its first number; ``lines: true`` reads a JSON-lines file into a list of
-records. A list of records, or a mapping, is narrowed with ``field`` (that field of each record / value of each
-entry; ``where: {field: value}`` keeps the matching records first). ``expr`` is arithmetic over the names
-(+ - * / ** and parentheses, numbers) and the functions sum, mean, median, min, max, rms, len, sqrt, abs; an
-operation on two lists of equal length, or a list and a number, works element by element (the median of
-per-call ratios: ``median(a / b)``). The result (a number, or a list of them) is formatted as ``value``.
+indices as numbers; a list of segments where a key holds a dot, e.g. ``[searches, tp2/wgrad.bulk, 0]``) or, for
+a .txt, its first number; ``lines: true`` reads a JSON-lines file into a list of records, ``csv: true`` a CSV file
+(a measurements.csv) into records, numbers parsed. ``glob`` instead of ``file`` reads every matching file
+(sorted) the same way and lists the values, one a file (a run's cases/*/run.json). A list of records, or a
+mapping, is narrowed with ``where: {field: value}`` (the matching records) and ``field`` (that field of each
+record / value of each entry). ``expr`` is arithmetic over the names (+ - * / ** and parentheses, numbers) and
+the functions sum, mean, median, min, max, rms, len, sqrt, abs, log, exp, t975 (Student's two-sided 97.5%
+quantile at df: stats.rounds.t975, as the package's intervals), concat (lists joined) and lt, le, gt, ge (1 or 0,
+element-wise: ``sum(lt(hi, 1))`` counts the values below 1); an operation on two lists of equal length, or a
+list and a number, works element by element (the median of per-call ratios: ``median(a / b)``). The result (a
+number, or a list of them) is formatted as ``value``.
 """
 from __future__ import annotations
 
 import ast
+import csv
+import io
 import json
 import math
 import operator
 import statistics
 from pathlib import Path
 
+from tptune.stats.rounds import t975
+
 _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.Pow: operator.pow}
 _FUN = {"sum": sum, "mean": statistics.fmean, "median": statistics.median, "min": min, "max": max,
-        "rms": lambda xs: math.sqrt(statistics.fmean([x * x for x in xs])), "len": len, "sqrt": math.sqrt,
-        "abs": abs}
+        "rms": lambda xs: math.sqrt(statistics.fmean([x * x for x in xs])), "len": len}
+_ONE = {"sqrt": math.sqrt, "abs": abs, "log": math.log, "exp": math.exp, "t975": t975}     # element-wise
+_CMP = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}        # 1.0 / 0.0
 
 
-def _key(v, key: str, where: str):
-    for k in key.split("."):
+def _key(v, key, where: str):
+    for k in (key if isinstance(key, list) else str(key).split(".")):
         try:
             v = v[int(k)] if isinstance(v, list) else v[k]
         except (KeyError, IndexError, ValueError, TypeError):
@@ -39,25 +49,53 @@ def _key(v, key: str, where: str):
     return v
 
 
-def read_value(results: Path, d: dict, name: str):
-    """One named value of a calc figure (module doc): a number or a list of numbers."""
-    path = results / d["file"]
-    where = f"values.{name} ({d['file']})"
+def _number(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return x
+
+
+def _read(path: Path, d: dict, where: str):
     if d.get("lines"):
-        v = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    elif path.suffix == ".json":
-        v = json.loads(path.read_text())
-    else:
-        v = float(path.read_text().split()[0])
-    if d.get("key"):
-        v = _key(v, str(d["key"]), where)
-    if isinstance(v, dict) and "field" not in d:
-        v = list(v.values())
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    if d.get("csv"):
+        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(path.read_text()))]
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    try:
+        return float(path.read_text().split()[0])
+    except (IndexError, ValueError):
+        raise ValueError(f"{where}: no number first in the file") from None
+
+
+def _narrow(v, d: dict, where: str):
+    if d.get("key") is not None:
+        v = _key(v, d["key"], where)
     if d.get("where"):
         v = [r for r in v if all(r.get(k) == want for k, want in d["where"].items())]
     if "field" in d:
         rows = v.values() if isinstance(v, dict) else v
-        v = [_key(r, str(d["field"]), where) for r in rows]
+        v = [_key(r, d["field"], where) for r in rows]
+    elif isinstance(v, dict):
+        v = list(v.values())
+    return v
+
+
+def read_value(results: Path, d: dict, name: str):
+    """One named value of a calc figure (module doc): a number or a list of numbers."""
+    if d.get("glob"):
+        where = f"values.{name} ({d['glob']})"
+        paths = sorted(results.glob(d["glob"]))
+        if not paths:
+            raise ValueError(f"{where}: no file matches")
+        v = []
+        for path in paths:
+            x = _narrow(_read(path, d, where), d, f"{where}: {path.relative_to(results)}")
+            v += x if isinstance(x, list) else [x]
+    else:
+        where = f"values.{name} ({d['file']})"
+        v = _narrow(_read(results / d["file"], d, where), d, where)
     if isinstance(v, list):
         if not v or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
             raise ValueError(f"{where}: expected numbers, got {str(v)[:80]}")
@@ -95,12 +133,20 @@ def evaluate(expr: str, names: dict):
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
             v = ev(n.operand)
             return [-x for x in v] if isinstance(v, list) else -v
-        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUN and not n.keywords):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUN and not n.keywords:
             args = [ev(a) for a in n.args]
-            if n.func.id in ("sqrt", "abs"):
-                (x,) = args
-                return [_FUN[n.func.id](v) for v in x] if isinstance(x, list) else _FUN[n.func.id](x)
             return _FUN[n.func.id](args[0] if len(args) == 1 else args)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and not n.keywords and (
+                n.func.id in _ONE or n.func.id in _CMP or n.func.id == "concat"):
+            args = [ev(a) for a in n.args]
+            if n.func.id == "concat":
+                return [x for a in args for x in (a if isinstance(a, list) else [a])]
+            if n.func.id in _CMP:
+                a, b = args
+                return _apply(lambda x, y: float(_CMP[n.func.id](x, y)), a, b)
+            (x,) = args
+            f = _ONE[n.func.id]
+            return [f(v) for v in x] if isinstance(x, list) else f(x)
         raise ValueError(f"expr: {ast.unparse(n)!r} is not arithmetic over the values (module doc)")
     try:
         tree = ast.parse(expr, mode="eval")
