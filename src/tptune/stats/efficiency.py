@@ -11,7 +11,7 @@ Each op is capped at its bound: a chosen setting below its bound within the nois
 (e counts as 1 in sums, and is worded "at the bound", never as a percentage: the estimate lies above
 100% and a printed 100% would hide that); below it beyond the noise is a bound fault (stats.bound) and shown as a fault, never a
 percentage. A chosen setting at or slower than no overlap hides nothing (0%). An estimate whose interval
-covers 0 to 100% is no figure: it is shown as undecided. The model-level figure sums
+covers every share from none to all is no figure: it is shown as undecided, with no percentage for its ends. The model-level figure sums
 the capped ops round by round: a capped op contributes its exposed time as hidden (D1_r := D2_r), a
 faulted op is left out and named.
 """
@@ -71,7 +71,8 @@ class Efficiency:
         if self.fault or self.value is None or self.lo is None or self.hi is None or self.capped == "at bound":
             return None
         if self.lo <= 0 and self.hi >= 1:
-            return f"{self.rounds} rounds: the 95% interval covers 0 to 100%, so the noise cannot tell how much is hidden"
+            return (f"{self.rounds} rounds: the 95% interval covers every share from none to all, so the noise cannot "
+                    "tell how much is hidden")
         return None
 
     def hides(self) -> str:
