@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from tptune.model.memory import GIB, estimate
 from tptune.model.spec import ModelConfig
-from tptune.records.measured_point import MeasuredPoint
+from tptune.records.measured_point import decided_points
 
 MIN_LAYERS = 2
 
@@ -81,9 +81,9 @@ def ops_share(decisions: dict | None, tp: int, layers: int, micro_batches: int,
     if not decisions or not iteration_ms:
         return None
     per_op = {}
-    for op, rec in (decisions.get("ops") or {}).items():
-        best = ((rec.get("points") or {}).get(str(tp)) or {}).get("best")
-        ms = MeasuredPoint.from_dict(best, f"decisions.json ops.{op}.points.{tp}.best").median() if best else math.inf
+    for op in decisions.get("ops") or {}:
+        best = decided_points(decisions, op, tp).get("best")
+        ms = best.median() if best is not None else math.inf
         if not math.isfinite(ms):
             return None
         per_op[op] = round(ms, 4)

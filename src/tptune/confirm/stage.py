@@ -57,7 +57,8 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
     n, layers_why = choose_layers(mc, tp, requested=layers, max_layers=max_layers, gpu_memory=gpu_memory)
     base = model_args(mc, layers=n, tp=tp, iters=iters, micro_batches=micro_batches, seed=seed)
     settings = {s.name: s for s in confirm_settings(run, tp, preset)}
-    meta = json.loads(run.decisions_json.read_text()).get("meta", {})
+    decisions = _decisions(run)
+    meta = (decisions or {}).get("meta", {})
     margin = float(meta.get("noise_floor") or 0.02)
     say(f"confirm: TP {tp}, {n} layers ({layers_why}); {rounds} rounds of {', '.join(SETTINGS)}; "
         f"preset {settings['preset'].label}")
@@ -76,7 +77,7 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
     record = summarize(launches, settings={k: v.to_dict() for k, v in settings.items()}, tp=tp, layers=n,
                        layers_why=layers_why, rounds=rounds, iters=iters, timed_from=timed_from,
                        loss_iters=loss_iters, micro_batches=micro_batches, seed=seed, margin=margin,
-                       layer_record=_layer_record(run, tp), decisions=_decisions(run),
+                       layer_record=_layer_record(run, tp), decisions=decisions,
                        command=_launcher(launcher, tp, 0) + base)
     record["wall_s"] = round(time.monotonic() - t0, 1)
     write_record(run.confirm_json, record)

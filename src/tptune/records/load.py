@@ -46,14 +46,6 @@ def tp_point(run: RunDir, op: str, tp: int) -> dict:
     return typed_tp_point(read_json(path), str(path))
 
 
-def decided_points(decisions: dict, op: str, tp) -> dict[str, MeasuredPoint | None]:
-    """The measured points decisions.json keeps of op ``op`` at TP ``tp`` (``ops.<op>.points.<tp>``: none,
-    nocomm, best, fastest), typed; {} where it keeps none."""
-    rec = ((decisions["ops"].get(op) or {}).get("points") or {}).get(str(tp)) or {}
-    return {k: None if rec.get(k) is None else MeasuredPoint.from_dict(rec[k], f"decisions.json ops.{op}.points.{tp}.{k}")
-            for k in ("none", "nocomm", "best", "fastest") if k in rec}
-
-
 def layer_results(run: RunDir, tps) -> dict[int, LayerResult]:
     """{tp: layer/tp<N>.json} of the TP sizes in ``tps`` whose block was recorded."""
     return {t: LayerResult.from_dict(read_json(run.layer_json(t))) for t in tps if run.layer_json(t).exists()}

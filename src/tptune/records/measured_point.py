@@ -327,3 +327,11 @@ def make_point(case: str, samples: list[float] | None = None, status: str = "ok"
     return MeasuredPoint.from_dict({"case": case, "status": "ok", "timing": {metric: {
         "median": med, "p10": q[0], "p90": q[8], "spread": (q[8] - q[0]) / med if med else 0.0,
         "n": len(xs), "samples": list(samples)}}})
+
+
+def decided_points(decisions: dict, op: str, tp) -> dict[str, MeasuredPoint | None]:
+    """The measured points decisions.json keeps of op ``op`` at TP ``tp`` (``ops.<op>.points.<tp>``: none,
+    nocomm, best, fastest), typed; {} where it keeps none."""
+    rec = ((decisions["ops"].get(op) or {}).get("points") or {}).get(str(tp)) or {}
+    return {k: None if rec.get(k) is None else MeasuredPoint.from_dict(rec[k], f"decisions.json ops.{op}.points.{tp}.{k}")
+            for k in ("none", "nocomm", "best", "fastest") if k in rec}

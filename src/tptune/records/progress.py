@@ -137,6 +137,21 @@ def measured_wall_s(run: RunDir) -> float | None:
     return _seconds_file(run.wall_s_txt)
 
 
+def confirm_in_wall_s(run: RunDir) -> float:
+    """Seconds of the run's measured wall time its workflow spent in the confirm stage: confirm.json's wall_s
+    where config.json has the stage on (0 where it was off, ran apart by ``tptune confirm``, or a file is
+    missing or unreadable)."""
+    try:
+        cfg = json.loads(run.config_json.read_text())
+        rec = json.loads(run.confirm_json.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return 0.0
+    if not isinstance(cfg, dict) or not isinstance(rec, dict) or (cfg.get("confirm") or {}).get("enabled") is not True:
+        return 0.0
+    w = _num(rec.get("wall_s"))
+    return w if w is not None and w > 0 else 0.0
+
+
 def predicted_8gpu_wall_s(run: RunDir) -> float | None:
     return _seconds_file(run.wall_8gpu_predicted_txt)
 

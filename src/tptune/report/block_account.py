@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tptune.cases import parse_case_id
 from tptune.records.layer_result import decided_layers
-from tptune.records.load import decided_points
+from tptune.records.measured_point import decided_points
 from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import INF, point_case, point_median
 from tptune.records.sessions import Session

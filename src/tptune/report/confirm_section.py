@@ -18,20 +18,28 @@ def _iv(r: dict) -> str:
     return f"{r['lo']:.3f}, {r['hi']:.3f}"
 
 
-def _loss(c: dict) -> str:
+def _loss_parts(c: dict) -> tuple[str, str | None]:
+    """The loss verdict, short (the answer card's), and what it rests on (the section's parenthesis)."""
     v = (c.get("numerics") or {}).get("set") or {}
     if v.get("ok") is False:
-        return "**loss differs from no overlap's**"
+        return "**loss differs from no overlap's**", None
     if v.get("ok") is None:
         if (v.get("loss") or {}).get("difference") is None:
-            return "loss not compared (no round ran the set beside no overlap)"
+            return "loss not compared", "no round ran the set beside no overlap"
         p = ((c.get("numerics") or {}).get("preset") or {}).get("loss") or {}
         ref = "" if p.get("difference") is None else f"; `{c['settings']['preset']['label']}`'s {p['difference']:.1g}"
-        return (f"loss not judged: one round has no repeat noise (lm loss of iterations 1-{v['iterations']} within "
-                f"{v['loss']['difference']:.1g} relative of no overlap's{ref}; only a gross difference fails)")
+        return ("loss not judged: one round has no repeat noise",
+                f"lm loss of iterations 1-{v['iterations']} within {v['loss']['difference']:.1g} relative of no "
+                f"overlap's{ref}; only a gross difference fails")
     d, n = v["loss"]["difference"], v["loss"]["repeat_noise"]
-    return (f"loss as without overlap (lm loss of iterations 1-{v['iterations']} within {d:.1g} relative; "
-            f"repeat noise {'unmeasured' if n is None else f'{n:.1g}'}, allowed {v['loss']['allowed']:.1g})")
+    return ("loss as without overlap",
+            f"lm loss of iterations 1-{v['iterations']} within {d:.1g} relative; repeat noise "
+            f"{'unmeasured' if n is None else f'{n:.1g}'}, allowed {v['loss']['allowed']:.1g}")
+
+
+def _loss(c: dict) -> str:
+    verdict, detail = _loss_parts(c)
+    return verdict if detail is None else f"{verdict} ({detail})"
 
 
 def confirm_section(env: jinja2.Environment, run: RunDir) -> str:
@@ -61,8 +69,7 @@ def confirm_headline(run: RunDir) -> str:
     share, ops = c.get("layers_share"), c.get("ops_share")
     took = f", about {100 * share['share']:.0f}% of the iteration" if share else ""
     took += f", the tuned ops {100 * ops['share']:.0f}%" if ops else ""
-    loss = "**loss differs from no overlap's**" if c.get("loss_ok") is False else _loss(c)
-    loss = loss.split(" (")[0]
+    loss = _loss_parts(c)[0]
     return (f"**In Megatron-LM's training loop** ({c['layers']} layers{took}): {sp['ratio']:.3f} of `{preset}`'s "
             f"iteration time [{_iv(sp)}], {sp['rounds']} round{'s' if sp['rounds'] != 1 else ''} ({sp['words']}); "
             f"{loss}.")

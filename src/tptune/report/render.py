@@ -20,7 +20,7 @@ from tptune.records import load
 from tptune.records.files import write_text_atomic
 from tptune.report.confirm_section import confirm_headline, confirm_section, with_confirm_section
 from tptune.records.layer_result import decided_layers
-from tptune.records.load import decided_points
+from tptune.records.measured_point import decided_points
 from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import INF, point_case, point_median
 from tptune.records.run_dir import RunDir, layer_session_name, point_session_name

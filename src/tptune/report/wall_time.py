@@ -9,8 +9,6 @@ much of the measured time it took, and a prediction that did not count it (no co
 plan counted the stage) is compared with the measured time less the stage."""
 from __future__ import annotations
 
-import json
-
 from tptune.records import progress
 from tptune.records.run_dir import RunDir
 
@@ -41,19 +39,6 @@ def pool_wait(sessions: list[dict]) -> tuple[float, int]:
     return sum(waits), len(waits)
 
 
-def confirm_in_wall_s(run: RunDir) -> float:
-    """Seconds of the measured wall time the run's workflow spent in the confirm stage (0: none ran in it)."""
-    try:
-        cfg = json.loads(run.config_json.read_text())
-        rec = json.loads(run.confirm_json.read_text())
-    except (OSError, ValueError):
-        return 0.0
-    if (cfg.get("confirm") or {}).get("enabled") is not True or not isinstance(rec, dict):
-        return 0.0
-    w = rec.get("wall_s")
-    return float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 else 0.0
-
-
 def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
     """The line (module doc); ``sessions``: the run's session.json records, for the waits on the pool."""
     wall, source = measured(run)
@@ -63,7 +48,7 @@ def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
         parts.append(f"of which the measuring jobs waited {_s(waited)} for the shared worker pool ({n} "
                      "session(s); `launcher.pool_dir`: another run, a test run or a leftover job held its "
                      "GPUs or cores), time this run's own measuring did not take")
-    stage = confirm_in_wall_s(run) if wall is not None else 0.0
+    stage = progress.confirm_in_wall_s(run) if wall is not None else 0.0
     if stage:
         parts.append(f"of which the confirm stage {_s(stage)} (`confirm.json`)")
     pred = progress.prediction(run)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from tptune.records.progress import measured_wall_s
+from tptune.records.progress import confirm_in_wall_s, measured_wall_s
 from tptune.errors import TptuneError
 from tptune.records.run_dir import RunDir
 from tptune.schedule import measured as ms
 from tptune.schedule.simulate import Job, Node, Schedule, simulate
-from tptune.schedule.wall_fit import confirm_in_wall, load_table
+from tptune.schedule.wall_fit import load_table
 
 IDLE_TIMEOUT_S = 30.0     # config/config.yaml's launcher.idle_timeout_s, for a config.json without it
 
@@ -155,7 +155,7 @@ def predict(run: RunDir, gpus: int | None = None, tp_sizes: list[int] | None = N
     measured_span = ms.span(sessions)
     if wall is not None and wall >= measured_span:
         outside, basis = wall - measured_span, "the run's wall_s.txt minus its sessions' span"
-        confirm_s = confirm_in_wall(run, ms.run_config(run))
+        confirm_s = confirm_in_wall_s(run)
         if confirm_s:
             basis += f"; the confirm stage's {confirm_s:.0f} s included (it runs at the model TP on any node)"
     else:

@@ -18,7 +18,7 @@ import statistics
 from importlib import resources
 from pathlib import Path
 
-from tptune.records.progress import measured_wall_s
+from tptune.records.progress import confirm_in_wall_s, measured_wall_s
 from tptune.errors import TptuneError
 from tptune.records.run_dir import RunDir
 from tptune.schedule import measured as ms
@@ -64,14 +64,6 @@ def _max_rounds(run: RunDir, name: str) -> int | None:
     return rec.get("max_rounds")
 
 
-def confirm_in_wall(run: RunDir, cfg: dict) -> float:
-    """Seconds of the run's wall_s.txt its workflow's confirm stage took (0 where the stage was off or ran
-    apart, by ``tptune confirm``)."""
-    if (cfg.get("confirm") or {}).get("enabled") is not True or not run.confirm_json.is_file():
-        return 0.0
-    return float(json.loads(run.confirm_json.read_text()).get("wall_s") or 0.0)
-
-
 def confirm_fit(results: Path) -> dict | None:
     """A confirm launch's cost from every committed confirm.json's launches that ran (module doc)."""
     starts, iters, runs = [], [], []
@@ -101,7 +93,7 @@ def fit(results: Path) -> dict:
     for run, sessions, wall in used:
         cfg = ms.run_config(run)
         starts += [x.start_s for x in sessions if x.group_starts and x.start_s]
-        outside.append(wall - ms.span(sessions) - confirm_in_wall(run, cfg))
+        outside.append(wall - ms.span(sessions) - confirm_in_wall_s(run))
         g = ms.gaps(sessions, int(cfg.get("gpus_per_node") or 8))
         for k in ms.EDGES:
             waits[k] += g.waits[k]
