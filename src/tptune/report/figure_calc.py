@@ -133,20 +133,18 @@ def evaluate(expr: str, names: dict):
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
             v = ev(n.operand)
             return [-x for x in v] if isinstance(v, list) else -v
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in _FUN and not n.keywords:
+        name = n.func.id if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and not n.keywords else None
+        if name in _FUN or name in _ONE or name in _CMP or name == "concat":
             args = [ev(a) for a in n.args]
-            return _FUN[n.func.id](args[0] if len(args) == 1 else args)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and not n.keywords and (
-                n.func.id in _ONE or n.func.id in _CMP or n.func.id == "concat"):
-            args = [ev(a) for a in n.args]
-            if n.func.id == "concat":
+            if name in _FUN:
+                return _FUN[name](args[0] if len(args) == 1 else args)
+            if name == "concat":
                 return [x for a in args for x in (a if isinstance(a, list) else [a])]
-            if n.func.id in _CMP:
+            if name in _CMP:
                 a, b = args
-                return _apply(lambda x, y: float(_CMP[n.func.id](x, y)), a, b)
+                return _apply(lambda x, y: float(_CMP[name](x, y)), a, b)
             (x,) = args
-            f = _ONE[n.func.id]
-            return [f(v) for v in x] if isinstance(x, list) else f(x)
+            return [_ONE[name](v) for v in x] if isinstance(x, list) else _ONE[name](x)
         raise ValueError(f"expr: {ast.unparse(n)!r} is not arithmetic over the values (module doc)")
     try:
         tree = ast.parse(expr, mode="eval")
