@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import tempfile
 import time
@@ -29,18 +27,11 @@ from pathlib import Path
 from tptune.cases import make_case
 from tptune.measure.launch import Launcher
 from tptune.measure.session_spec import SessionSpec
+from tptune.records.sessions import read_point
 from tptune.stats.rounds import log_ratio_interval, point_rounds
 from tptune.cli.calibrate import load_sharded
+from tptune.stats.window import first_member_effect
 PAIR = ("none", "nocomm")
-
-
-def first_member_effect(first: dict[int, float], second: dict[int, float]) -> float | None:
-    """d0 - mean(d1..) of the log ratio first / second over their common rounds (None: under 3)."""
-    common = sorted(set(first) & set(second))
-    if len(common) < 3 or common[0] != 0:
-        return None
-    d = [math.log(first[r]) - math.log(second[r]) for r in common]
-    return d[0] - statistics.fmean(d[1:])
 
 
 def summarize(effects: dict[str, list[float]]) -> dict[str, dict]:
@@ -87,7 +78,7 @@ def main(argv=None) -> int:
                     sdir = Path(tmp) / f"{op}-{rep}-{arm}"
                     rec = launcher.session(SessionSpec(f"lead-in/{op}/{rep}/{arm}", members, mc, op_settings,
                                                        evidence=False), sdir)
-                    vals = {cid: point_rounds(json.loads((sdir / p).read_text())) for cid, p in rec["runs"].items()}
+                    vals = {cid: point_rounds(read_point(sdir / p)) for cid, p in rec["runs"].items()}
                     first, second = rec["order"][0][0], rec["order"][0][1]
                     e = first_member_effect(vals[first], vals[second])
                     if e is not None:

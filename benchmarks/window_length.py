@@ -54,8 +54,8 @@ from tptune.measure.launch import Launcher
 from tptune.measure.session_spec import SessionSpec
 from tptune.records.sessions import read_point
 from tptune.stats.rounds import log_ratio_interval, t975
-from tptune.cli.calibrate import (load_sharded, member_record, sd_interval, split_rounds,  # noqa: F401
-                                  window_value)
+from tptune.cli.calibrate import load_sharded, member_record, sd_interval  # noqa: F401
+from tptune.stats.window import split_rounds, window_value  # noqa: F401
 
 
 

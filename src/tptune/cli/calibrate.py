@@ -41,41 +41,13 @@ from tptune.records.measured_point import METRIC, MeasuredPoint
 from tptune.records.sessions import read_point
 from tptune.settings.resolve import DEFAULTS, ROOT, load_config_files
 from tptune.stats.session_noise import resolvable_sd
+from tptune.stats.window import split_rounds, window_value  # noqa: F401 (benchmarks read them here too)
 
 CANDIDATES_MS = (500.0, 750.0, 1000.0, 1500.0)
 ROUNDS = 8
 BURN_IN = 1                  # rounds measured first and left out (calibrate)
 TARGET_FRACTION = 0.75
 PAIR = ("none", "nocomm")
-
-
-def split_rounds(samples: list[float], round_iters: list[int]) -> list[list[float]]:
-    """A run's per-iteration samples (all rounds, in order) cut into its rounds."""
-    if sum(round_iters) != len(samples):
-        raise ValueError(f"{len(samples)} samples do not add up to the rounds' {sum(round_iters)} iterations")
-    out, i = [], 0
-    for n in round_iters:
-        out.append(samples[i:i + n])
-        i += n
-    return out
-
-
-def window_value(iterations: list[float], window_ms: float, min_iters: int, skip_ms: float = 0.0) -> float:
-    """The round value a window of ``window_ms`` would have given after ``skip_ms`` more pre-roll: the
-    median of the iterations that start at or after ``skip_ms`` of GPU time and fit in the window (at
-    least ``min_iters``, as timing.timed_iters keeps ``iters``)."""
-    start, done = 0, 0.0
-    while start < len(iterations) - 1 and done < skip_ms:
-        done += iterations[start]
-        start += 1
-    rest = iterations[start:]
-    k, total = 0, 0.0
-    for t in rest:
-        if k >= min_iters and total + t > window_ms:
-            break
-        total += t
-        k += 1
-    return statistics.median(rest[:max(k, 1)])
 
 
 def sd_interval(sd: float, df: int) -> tuple[float, float]:

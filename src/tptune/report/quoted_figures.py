@@ -62,6 +62,10 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            recorded values, not from a rounded summary.
   calc     arithmetic over recorded values (report.figure_calc: sums, ratios, differences, aggregates and
            element-wise operations over lists, JSON-lines files), formatted as ``value``
+  window   a benchmark calibration's recorded rounds cut by GPU time (report.figure_window: a member's level
+           against a longer pre-roll, round-to-round spread, time bins, steps, round 0's first member)
+  first_member  round 0's first member against the other members over the sessions of a list of runs
+           (report.figure_window)
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
            Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]"); ``n``
            the length of a recorded list or dict (e.g. an op's ties).
@@ -82,6 +86,7 @@ import yaml
 from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
 from tptune.report.figure_calc import calc
+from tptune.report.figure_window import first_member_figure, window_figure
 from tptune.records.block_sessions import BlockSession, index, same_pair
 from tptune.records.point_fields import point_median
 from tptune.records.run_cost import run_cost
@@ -238,12 +243,16 @@ class Figures:
         if kind == "calc":
             v = calc(self.results, d)
             return d.get("format", "{value}").format(value=v)
+        if kind == "window":
+            return d["format"].format(**window_figure(self.results, d))
+        if kind == "first_member":
+            return d["format"].format(**first_member_figure(self.results, d))
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "host, numerics, run_cost, verify_numerics, spread, value, calc")
+                         "host, numerics, run_cost, verify_numerics, spread, value, calc, window, first_member")
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``
