@@ -1,8 +1,8 @@
 """Every figure the READMEs and docs quote, computed from the committed results (``tptune figures``).
 
 ``results/figures.yaml`` names each quoted figure once: what it is (a kind below), the session(s) it comes
-from and its wording; a run folder's own ``figures.yaml`` holds the figures only its README quotes, in the same
-form (load_spec merges them; a name defined twice is an error). A Markdown file quotes it between markers, ``<!-- figure:NAME -->...<!-- /figure -->``
+from and its wording; a run folder's own ``figures.yaml`` holds the figures computed from that folder alone
+(whichever file quotes them), in the same form (load_spec merges them; a name defined twice is an error). A Markdown file quotes it between markers, ``<!-- figure:NAME -->...<!-- /figure -->``
 inline, or a whole block of text with ``{NAME}`` placeholders between ``<!-- figures:BLOCK -->`` and
 ``<!-- /figures:BLOCK -->``. A block names the file it lives in (``file:``, relative to the repository: the
 README's headline figures, results/README.md's proven-results table) and its ``text:``; a block whose markers
@@ -146,7 +146,8 @@ def _point(bs: BlockSession, case: str, keep_burn_in: bool = False) -> dict:
 
 def load_spec(results: Path) -> dict:
     """results/figures.yaml merged with every run folder's own figures.yaml (results/<run>/figures.yaml: the
-    figures its README quotes, paths still under results/); a name defined twice is an error naming both files."""
+    figures computed from that folder alone, whichever file quotes them, paths still under results/); a name
+    defined twice is an error naming both files."""
     files = [results / SPEC, *sorted(p for p in results.rglob(SPEC) if p.parent != results)]
     spec: dict = {"figures": {}, "blocks": {}}
     where: dict[tuple[str, str], Path] = {}
