@@ -83,3 +83,19 @@ def test_csv_glob_listed_keys_t_quantiles_and_counts(tmp_path):
     assert calc(r, {"expr": "exp(mean(log(a)))", "values": v}) == pytest.approx((0.97 * 1.01 * 0.99) ** (1 / 3))
     with pytest.raises(ValueError, match="no file matches"):
         calc(r, {"expr": "a", "values": {"a": {"glob": "nothing/*.json"}}})
+
+
+def test_a_number_a_benchmark_only_printed_is_read_by_a_regular_expression():
+    log = (RESULTS / "lead-in-h100/lead-in-h100.txt").read_text().splitlines()[0]
+    wall = float(log.rsplit("(", 1)[1].split()[0])
+    d = {"expr": "a", "values": {"a": {"file": "lead-in-h100/lead-in-h100.txt", "match": r"\((\d+) s\)"}}}
+    assert calc(RESULTS, d) == wall
+    # a printed table's cell: the row's fourth column, not the first number of the file
+    row = next(x for x in (RESULTS / "window-calibration-h100/noise-w500.txt").read_text().splitlines()
+               if x.split()[:2] == ["proj", "gpu"])
+    d = {"expr": "a", "values": {"a": {"file": "window-calibration-h100/noise-w500.txt",
+                                       "match": r"^proj +gpu +\S+ +([\d.]+)%"}}}
+    assert calc(RESULTS, d) == float(row.split()[3].rstrip("%"))
+    d["values"]["a"]["match"] = r"^nope +(\d+)"
+    with pytest.raises(ValueError, match="matches no line"):
+        calc(RESULTS, d)

@@ -8,7 +8,8 @@ hand.
 
 Each of ``values`` reads one recorded value: ``file`` (under results/) with ``key`` (a dotted JSON path, list
 indices as numbers; a list of segments where a key holds a dot, e.g. ``[searches, tp2/wgrad.bulk, 0]``) or, for
-a .txt, its first number; ``lines: true`` reads a JSON-lines file into a list of records, ``csv: true`` a CSV file
+a .txt, its first number, or with ``match`` (a regular expression, ``^`` at each line) its first group's number
+where it first matches: a figure a benchmark only printed (a log's wall time, a cell of a printed table); ``lines: true`` reads a JSON-lines file into a list of records, ``csv: true`` a CSV file
 (a measurements.csv) into records, numbers parsed. ``glob`` instead of ``file`` reads every matching file
 (sorted) the same way and lists the values, one a file (a run's cases/*/run.json). A list of records, or a
 mapping, is narrowed with ``where: {field: value}`` (the matching records) and ``field`` (that field of each
@@ -27,6 +28,7 @@ import io
 import json
 import math
 import operator
+import re
 import statistics
 from pathlib import Path
 
@@ -57,6 +59,14 @@ def _number(x):
 
 
 def _read(path: Path, d: dict, where: str):
+    if d.get("match"):
+        m = re.search(d["match"], path.read_text(), re.M)
+        if m is None or not m.groups():
+            raise ValueError(f"{where}: {d['match']!r} matches no line (or has no group)")
+        try:
+            return float(m.group(1))
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: {d['match']!r} matched {m.group(1)!r}, not a number") from None
     if d.get("lines"):
         return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     if d.get("csv"):
