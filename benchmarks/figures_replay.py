@@ -113,7 +113,7 @@ def block_host() -> None:
         for p in s["runs"].values():
             f = sj.parent / p
             if f.exists():
-                h = host.summary(json.loads(f.read_text()))
+                h = host.summary(read_point(f))
                 for k in tot:
                     tot[k] += h[k]
         print(f"{sj.parent.relative_to(RESULTS)}: {tot['batches']} batches, {tot['failed']} not host-ahead after "
