@@ -5,7 +5,8 @@ time outside them (tptune.schedule.wall_fit says what each is). Then, for each f
 wall_s.txt: its own sessions replayed on its own node (tptune predict, schedule.replay), and the
 prediction before measuring from its config alone (tptune plan, schedule.plan_estimate).
 
-    python benchmarks/wall_fit.py [results] [--write]     # --write: src/tptune/data/wall_fit.json
+    python benchmarks/wall_fit.py [results] [--write]     # --write: src/tptune/data/wall_fit.json and
+                                                           # results/wall_replay.json (each run replayed, docs/wall-time.md)
 """
 from __future__ import annotations
 
@@ -49,9 +50,10 @@ def main(argv=None) -> int:
         print(f"{kind:6s} s per member-round: " + ", ".join(f"TP {t} {v:.3f}" for t, v in per_tp.items())
               + f"; rounds used {table['rounds_share'].get(kind, 0):.0%} of the budget")
     print(f"  {'run':48s} {'wall s':>6} {'replayed':>9} {'':>7} {'before':>7} {'':>6}")
-    errors, default_errors = [], []
+    errors, default_errors, replayed = [], [], {}
     for run, _, wall in fitted_runs(a.results)[0]:
         p = predict(run, table=table)
+        replayed[run.root.relative_to(a.results).as_posix()] = {"wall_s": wall, "replayed_s": round(p.predicted_wall_s, 3)}
         cfg, source, _ = load_run_config([run.config_json])
         s = resolve_here(cfg, source=source, base_dir=ROOT, check_hardware=False)
         e = estimate(s, table=table)
@@ -72,6 +74,10 @@ def main(argv=None) -> int:
     if a.write:
         out = ROOT / "src" / "tptune" / "data" / TABLE
         out.write_text(json.dumps(table, indent=1) + "\n")
+        print(f"wrote {out}")
+        out = a.results / "wall_replay.json"
+        out.write_text(json.dumps({"about": "benchmarks/wall_fit.py: each fitted run's own sessions replayed on its own node "
+                                            "(tptune predict) beside its wall_s.txt", "runs": replayed}, indent=1) + "\n")
         print(f"wrote {out}")
     return 0
 
