@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from tptune.records.run_dir import RunDir
+from tptune.report.figure_bound import point_sessions
 from tptune.records.sessions import load_session, read_point
 from tptune.stats import bound, efficiency, host_evidence as host, wording
 from tptune.stats.rounds import point_rounds
@@ -17,40 +18,16 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 FLOOR = 0.02
 
 
-def point_sessions():
-    for sj in sorted(RESULTS.glob("**/sessions/*/tp*/point/session.json")):
-        s = json.loads(sj.read_text())
-        runs = {c: read_point(sj.parent / p).slim() for c, p in s["runs"].items()}
-        yield sj.parent.relative_to(RESULTS), runs
-
-
 def bound_replay() -> None:
     print("## The bound's first round (burn-in), every committed point session with a bound")
-    above = {"before": [0, 0], "after": [0, 0]}
-    faults = {"before": 0, "after": 0, "before, interval above 1 only": 0}
-    n_sessions = 0
-    for name, runs in point_sessions():
-        b = next((p for c, p in runs.items() if bound.is_bound(c) and point_rounds(p)), None)
-        if b is None:
-            continue
-        n_sessions += 1
-        burned = bound.burned_in(b)
-        for c, p in runs.items():
-            if c == b.case or not point_rounds(p):
-                continue
-            for key, bb in (("before", b), ("after", burned)):
-                k, n = bound.bound_above_rounds(bb, p)
-                above[key][0] += k
-                above[key][1] += n
-            r0, r1 = bound.bound_vs(b, p), bound.bound_vs(burned, p)
-            faults["before"] += bound.is_fault(r0)
-            faults["after"] += bound.is_fault(r1)
-            faults["before, interval above 1 only"] += bool(r0 and r0.lo > 1)
-    print(f"{n_sessions} sessions")
-    for k, (a, n) in above.items():
+    r = bound.burn_in_replay(point_sessions(RESULTS))
+    print(f"{r['sessions']} sessions")
+    for k in ("before", "after"):
+        a, n = r[k]["above"], r[k]["rounds"]
         print(f"bound reads slower than a setting it bounds, {k} the burn-in: {a} of {n} setting-rounds ({a / n:.0%})")
-    for k, v in faults.items():
-        print(f"bound faults (bound / setting paired: interval above 1 or estimate above 1 + margin), {k}: {v}")
+    for k in ("before", "after"):
+        print(f"bound faults (bound / setting paired: interval above 1 or estimate above 1 + margin), {k}: "
+              f"{r[k]['faults']}" + "".join(f"\n  {w}" for w in r[k]["where"]))
 
 
 def finalist_replay() -> None:

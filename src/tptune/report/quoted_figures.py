@@ -66,6 +66,8 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            against a longer pre-roll, round-to-round spread, time bins, steps, round 0's first member)
   first_member  round 0's first member against the other members over the sessions of a list of runs
            (report.figure_window)
+  burn_in  what leaving the bound's first round out changes over every committed point session with a bound
+           (report.figure_bound: setting-rounds where the bound reads slower, bound faults, before and after)
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
            Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]"); ``n``
            the length of a recorded list or dict (e.g. an op's ties).
@@ -85,6 +87,7 @@ import yaml
 
 from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
+from tptune.report.figure_bound import burn_in_figure
 from tptune.report.figure_calc import calc
 from tptune.report.figure_window import first_member_figure, window_figure
 from tptune.records.block_sessions import BlockSession, index, same_pair
@@ -248,12 +251,14 @@ class Figures:
             return d["format"].format(**window_figure(self.results, d))
         if kind == "first_member":
             return d["format"].format(**first_member_figure(self.results, d))
+        if kind == "burn_in":
+            return d["format"].format(**burn_in_figure(self.results, d))
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "host, numerics, run_cost, verify_numerics, spread, value, calc, window, first_member")
+                         "host, numerics, run_cost, verify_numerics, spread, value, calc, window, first_member, burn_in")
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``

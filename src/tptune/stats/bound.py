@@ -1,6 +1,6 @@
 """The no-communication bound: its burn-in round and the bound-fault test.
 
-Burn-in. In the recorded point sessions (20 with a bound, benchmarks/bound_replay.py) the bound's value in
+Burn-in. In the point sessions recorded then (40 with a bound; docs/figures.md) the bound's value in
 round 0, relative to no overlap, reads +4.1% (median +3.1%) above the same ratio in its later rounds,
 while every setting measured in round 0 reads as in its later rounds (-0.6% at position 2, +0.3% later);
 from round 1 on the bound sits where it does in the rest of the session, also in round 1 where it is
@@ -88,3 +88,29 @@ def bound_above_rounds(bound: MeasuredPoint, setting: MeasuredPoint) -> tuple[in
     a, b = point_rounds(bound), point_rounds(setting)
     common = sorted(set(a) & set(b))
     return sum(a[r] > b[r] for r in common), len(common)
+
+
+def burn_in_replay(sessions) -> dict:
+    """What leaving the bound's first round out changes over point sessions ``sessions`` ((name, {case id:
+    point}) pairs; those without a bound measured in rounds are skipped): per side ('before' with the first
+    round, 'after' without it) the setting-rounds where the bound reads slower than a setting it bounds
+    (``above``, of ``rounds``) and the bound faults (is_fault against every other setting, ``faults``, with
+    the sessions they are in, ``where``)."""
+    out = {"sessions": 0, **{k: {"above": 0, "rounds": 0, "faults": 0, "where": []} for k in ("before", "after")}}
+    for name, points in sessions:
+        b = next((p for c, p in points.items() if is_bound(c) and point_rounds(p)), None)
+        if b is None:
+            continue
+        out["sessions"] += 1
+        sides = {"before": b, "after": burned_in(b)}
+        for cid, p in points.items():
+            if p is b or not point_rounds(p):
+                continue
+            for side, bb in sides.items():
+                k, n = bound_above_rounds(bb, p)
+                out[side]["above"] += k
+                out[side]["rounds"] += n
+                if is_fault(bound_vs(bb, p)):
+                    out[side]["faults"] += 1
+                    out[side]["where"].append(f"{name}: {cid}")
+    return out
