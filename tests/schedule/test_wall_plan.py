@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT
 from tptune.measure.preflight import resolve_here
 from tptune.schedule.plan_estimate import estimate, planned_sessions
+from tptune.schedule.replay import predict
 from tptune.schedule.wall_fit import fit, fitted_runs, load_table
 from tptune.settings.resolve import load_config_files, load_run_config
 
@@ -23,6 +24,16 @@ def _settings(run_dir):
 
 def test_the_committed_table_is_the_fit_of_the_committed_runs():
     assert load_table() == fit(RESULTS), "results/ changed: python benchmarks/wall_fit.py --write"
+
+
+def test_the_committed_replays_are_todays_replay_of_each_fitted_run():
+    # docs/wall-time.md quotes results/wall_replay.json (how close each run replays to its wall_s.txt)
+    table = load_table()
+    now = {run.root.relative_to(RESULTS).as_posix(): {"wall_s": wall, "replayed_s": round(predict(run, table=table)
+                                                                                         .predicted_wall_s, 3)}
+           for run, _, wall in fitted_runs(RESULTS)[0]}
+    assert json.loads((RESULTS / "wall_replay.json").read_text())["runs"] == now, \
+        "results/ changed: python benchmarks/wall_fit.py --write"
 
 
 def test_the_benchmark_prints_the_fit_and_each_runs_predictions():
