@@ -1,8 +1,12 @@
-"""The burn_in figure kind (report.figure_bound) on committed point sessions: leaving the bound's first round
-out removes the FP8 x2 run's two bound faults and keeps the Llama-3-70B defaults run's real one."""
+"""The burn_in and ops_hidden figure kinds (report.figure_bound) on committed point sessions: leaving the
+bound's first round out removes the FP8 x2 run's two bound faults and keeps the Llama-3-70B defaults run's real
+one; the ops' summed hidden share is what every run decided with, and differs with the first round kept."""
+import json
+
 import pytest
 
-from tptune.report.figure_bound import burn_in_figure
+from tptune.report.figure_bound import burn_in_figure, ops_hidden_figure
+from tptune.stats.efficiency import Efficiency
 from tptune.stats.bound import bound_faults, burned_in, is_bound
 from tptune.records.sessions import load_session
 
@@ -32,3 +36,22 @@ def test_a_fault_that_stays_after_the_burn_in_is_the_one_the_report_lists():
 def test_an_unknown_run_folder_is_named():
     with pytest.raises(ValueError, match="runs: no folder nope under results/"):
         burn_in_figure(RESULTS, {"runs": ["nope"]})
+
+
+def _runs_with_summed_efficiency():
+    for d in sorted(RESULTS.glob("**/decisions.json")):
+        meta = json.loads(d.read_text()).get("meta") or {}
+        if "legacy" not in d.parts and (meta.get("model_efficiency") or {}).get("value") is not None:
+            yield d.parent.relative_to(RESULTS).as_posix()
+
+
+@pytest.mark.parametrize("run", list(_runs_with_summed_efficiency()))
+def test_ops_hidden_is_the_summed_efficiency_the_run_decided_with(run):
+    meta = json.loads((RESULTS / run / "decisions.json").read_text())["meta"]["model_efficiency"]
+    assert ops_hidden_figure(RESULTS, {"run": run})["hidden"] == Efficiency.from_dict(meta).shown()
+
+
+def test_keeping_the_bounds_first_round_gives_the_figure_as_first_measured():
+    kept = ops_hidden_figure(RESULTS, {"run": "knobs-llama3-70b-x2", "burn_in": "keep"})
+    dropped = ops_hidden_figure(RESULTS, {"run": "knobs-llama3-70b-x2"})
+    assert kept["rounds"] > dropped["rounds"] and kept["value"] != dropped["value"]

@@ -68,6 +68,8 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            (report.figure_window)
   burn_in  what leaving the bound's first round out changes over every committed point session with a bound
            (report.figure_bound: setting-rounds where the bound reads slower, bound faults, before and after)
+  ops_hidden  the share of the exposed communication a run's chosen settings hide, the ops summed, from
+           their TP-point sessions; ``burn_in: keep`` keeps the bound's first round (report.figure_bound)
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
            Python format (a recorded dict, e.g. a ratio: "{value[ratio]:.3f} [{value[lo]:.3f}, ...]"); ``n``
            the length of a recorded list or dict (e.g. an op's ties).
@@ -87,7 +89,7 @@ import yaml
 
 from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
-from tptune.report.figure_bound import burn_in_figure
+from tptune.report.figure_bound import burn_in_figure, ops_hidden_figure
 from tptune.report.figure_calc import calc
 from tptune.report.figure_window import first_member_figure, window_figure
 from tptune.records.block_sessions import BlockSession, index, same_pair
@@ -253,12 +255,14 @@ class Figures:
             return d["format"].format(**first_member_figure(self.results, d))
         if kind == "burn_in":
             return d["format"].format(**burn_in_figure(self.results, d))
+        if kind == "ops_hidden":
+            return d.get("format", "{hidden}").format(**ops_hidden_figure(self.results, d))
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "host, numerics, run_cost, verify_numerics, spread, value, calc, window, first_member, burn_in")
+                         "host, numerics, run_cost, verify_numerics, spread, value, calc, window, first_member, burn_in, ops_hidden")
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``
@@ -391,13 +395,14 @@ class Figures:
             own = self._session(d["session"])
             a, b = _case(own, d["a"]), _case(own, d["b"])
         pairs = same_pair(self.sessions, own.rel, a, b) if pooled else [(own, a, b)]
+        keep = d.get("burn_in") == "keep"   # the bound's first round kept: a figure as first measured
         if d.get("only"):
             only = set(d["only"])
             missing = only - {s.rel for s, _, _ in pairs}
             if missing:
                 raise ValueError(f"only: {sorted(missing)} measured no {a} / {b} of the same pair")
             pairs = [x for x in pairs if x[0].rel in only]
-        blocks = [(s.rel, point_rounds(_point(s, ca)), point_rounds(_point(s, cb))) for s, ca, cb in pairs]
+        blocks = [(s.rel, point_rounds(_point(s, ca, keep)), point_rounds(_point(s, cb, keep))) for s, ca, cb in pairs]
         p = pooled_ratio(blocks) if pooled else None
         r = p if p is not None else paired_ratio(blocks[0][1], blocks[0][2])
         if r is None or r.lo is None:
