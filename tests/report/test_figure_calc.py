@@ -99,3 +99,15 @@ def test_a_number_a_benchmark_only_printed_is_read_by_a_regular_expression():
     d["values"]["a"]["match"] = r"^nope +(\d+)"
     with pytest.raises(ValueError, match="matches no line"):
         calc(RESULTS, d)
+
+
+def test_count_reads_how_many_items_a_recorded_list_holds():
+    glob = "stability-llama3-70b-x2/rep1/sessions/*/tp2/point/session.json"
+    sessions = [json.loads(p.read_text()) for p in sorted(RESULTS.glob(glob))]
+    d = {"expr": "n", "values": {"n": {"glob": glob, "key": "members", "count": True}}}
+    assert calc(RESULTS, d) == [float(len(s["members"])) for s in sessions]
+    # with field: each record's field counted (the launches of each setting of a confirm stage)
+    rec = json.loads((RESULTS / "tp24-llama3-70b-h200x4/rep1/confirm.json").read_text())
+    d = {"expr": "n", "values": {"n": {"file": "tp24-llama3-70b-h200x4/rep1/confirm.json", "key": "launches",
+                                       "field": "iterations", "count": True}}}
+    assert calc(RESULTS, d) == [float(len(x["iterations"])) for x in rec["launches"]]

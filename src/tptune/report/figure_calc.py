@@ -13,7 +13,8 @@ where it first matches: a figure a benchmark only printed (a log's wall time, a 
 (a measurements.csv) into records, numbers parsed. ``glob`` instead of ``file`` reads every matching file
 (sorted) the same way and lists the values, one a file (a run's cases/*/run.json). A list of records, or a
 mapping, is narrowed with ``where: {field: value}`` (the matching records) and ``field`` (that field of each
-record / value of each entry). ``expr`` is arithmetic over the names (+ - * / ** and parentheses, numbers) and
+record / value of each entry); ``count: true`` then reads how many items the value holds (of each record's field,
+with ``field``: a session.json's members). ``expr`` is arithmetic over the names (+ - * / ** and parentheses, numbers) and
 the functions sum, mean, median, min, max, rms, len, sqrt, abs, log, exp, t975 (Student's two-sided 97.5%
 quantile at df: stats.rounds.t975, as the package's intervals), concat (lists joined) and lt, le, gt, ge (1 or 0,
 element-wise: ``sum(lt(hi, 1))`` counts the values below 1); an operation on two lists of equal length, or a
@@ -87,8 +88,10 @@ def _narrow(v, d: dict, where: str):
     if "field" in d:
         rows = v.values() if isinstance(v, dict) else v
         v = [_key(r, d["field"], where) for r in rows]
-    elif isinstance(v, dict):
+    elif isinstance(v, dict) and not d.get("count"):
         v = list(v.values())
+    if d.get("count"):     # how many items: of the value, or of each record's field
+        v = [len(x) for x in v] if "field" in d else len(v)
     return v
 
 
