@@ -55,7 +55,7 @@ from tptune.measure.session_spec import SessionSpec
 from tptune.records.sessions import read_point
 from tptune.stats.rounds import log_ratio_interval, t975
 from tptune.cli.calibrate import load_sharded, member_record, sd_interval  # noqa: F401
-from tptune.stats.window import split_rounds, window_value  # noqa: F401
+from tptune.stats.window import call_batches, split_rounds, window_value  # noqa: F401
 
 
 
@@ -97,18 +97,6 @@ def analyse(members: dict[str, dict], windows: list[float], half: float,
         mine, theirs = values[row["skip_ms"], row["window_ms"]], values[ref, row["window_ms"]]
         row["level"] = [math.exp(statistics.fmean(log_ratios(m, t))) for m, t in zip(mine, theirs)]
     return rows
-
-
-def call_batches(call: dict) -> list[list[float]]:
-    """A measure_noise call's timed iterations cut into its batches."""
-    its, out, i = call["iterations_ms"], [], 0
-    for b in call["batches"]:
-        n = b.get("iters") or 0
-        out.append(its[i:i + n])
-        i += n
-    if i != len(its) or not all(out):
-        raise ValueError(f"call {call.get('call')}: its batches' iterations do not add up to its {len(its)}")
-    return out
 
 
 def batches_log_value(batches: list[list[float]], window_ms: float, min_iters: int, skip_ms: float) -> float:

@@ -85,3 +85,17 @@ def test_a_figure_names_an_unknown_measure():
 
 def test_first_member_effect_on_a_two_member_session_matches_the_pair():
     assert first_member_effect({0: 1.0, 1: 2.0, 2: 2.0}, {0: 1.0, 1: 1.0, 2: 1.0}) == pytest.approx(-math.log(2))
+
+
+def test_a_measure_noise_recordings_batches_stand_for_rounds(tmp_path):
+    # one GPU-timed call of two batches (10 ms bins: the second batch steps from 1.0 to 1.1 ms), and an
+    # events-timed call whose iterations are not its batches' (left out)
+    call = {"call": 0, "iterations_ms": [1.0] * 20 + [1.0] * 10 + [1.1] * 10,
+            "batches": [{"iters": 20}, {"iters": 20}]}
+    events = {"call": 0, "iterations_ms": [9.0] * 3, "batches": [{"iters": 20}]}
+    (tmp_path / "noise.json").write_text(json.dumps({"calls": {"qkv/gpu": [call], "qkv/events": [events]}}))
+    got = window_figure(tmp_path, {"measure": "steps", "file": "noise.json", "bin_ms": 10})
+    assert got["max"] == pytest.approx(0.1)
+    assert got["median_lo"] == got["median_hi"] == pytest.approx(0.05)     # the median of 0 and 0.1
+    two = window_figure(tmp_path, {"measure": "steps", "files": ["noise.json", "noise.json"], "bin_ms": 10})
+    assert two["max"] == pytest.approx(0.1)

@@ -3,8 +3,9 @@ calibrations that cut a recorded round's iterations by GPU time (stats.window), 
 over a list of runs' sessions, so that none of them is worked out by hand.
 
 ``window`` reads a calibration recording (``file`` under results/: window.json of ``tptune calibrate-window``,
-or the JSON of benchmarks/window_length.py), whose members hold every round's timed iterations in order;
-``files`` (a list) for ``first_member``. ``measure`` says what of them:
+or the JSON of benchmarks/window_length.py), whose members hold every round's timed iterations in order, or a
+benchmarks/measure_noise.py recording (each GPU-timed setting's batches, every call's, stand for its rounds); ``files``
+(a list) reads several (each file's members apart). ``measure`` says what of them:
 
   level        member ``member`` (a name of the recording's pair, e.g. none) of op ``op``: its round values at
                ``window_ms`` after ``skip_ms`` against its own at ``against_skip_ms``, paired by round: ratio
@@ -15,7 +16,8 @@ or the JSON of benchmarks/window_length.py), whose members hold every round's ti
                bin (stats.window.bin_profile): within (the largest |x| over the bins other than the first and
                ``apart``), apart_lo apart_hi (least and largest over the members in the ``apart`` bins)
   steps        a round's largest step between consecutive ``bin_ms`` bins' medians (stats.window.largest_step):
-               median_lo median_hi (least and largest over the members of the median over its rounds), max
+               median_lo median_hi (least and largest over the members of the median over its rounds), max,
+               ``min_ms``: only rounds of at least that much GPU time
   first_member what round 0 adds to the pair's log ratio, its first member (the pair's first) against the
                second, at ``window_ms`` (stats.window.first_member_effect): effect (mean over the op
                sessions of ``files``), n
@@ -34,16 +36,38 @@ from pathlib import Path
 
 from tptune.records.sessions import load_session
 from tptune.stats.rounds import log_ratio_interval, point_rounds
-from tptune.stats.window import bin_profile, first_member_effect, largest_step, round_values, spread
+from tptune.stats.window import (bin_profile, call_batches, first_member_effect, largest_step, round_values,
+                                 spread)
 
 
 def _members(rec: dict, where: str) -> dict[str, dict[str, dict]]:
-    """{op: {case id: {rounds, min_iters, ...}}} of a calibration recording (either layout)."""
+    """{op: {member: {rounds, min_iters, ...}}} of a calibration recording (either layout) or of a
+    benchmarks/measure_noise.py recording (calls: each setting's batches, every call's, stand for rounds)."""
     if "ops" in rec:
         return {op: o["members"] for op, o in rec["ops"].items()}
     if "members" in rec:
         return rec["members"]
-    raise ValueError(f"{where}: no recorded members (ops.<op>.members or members.<op>)")
+    if "calls" in rec:
+        out: dict[str, dict[str, dict]] = {}
+        for key, calls in rec["calls"].items():
+            op, _, mode = key.partition("/")
+            if mode.partition(":")[0] != "gpu":      # events-timed calls hold no batch's GPU iterations
+                continue
+            rounds = [b for c in calls if c.get("iterations_ms") for b in call_batches(c)]
+            if rounds:
+                out.setdefault(op, {})[f"{op}-{mode}"] = {"rounds": rounds, "min_iters": 1}
+        return out
+    raise ValueError(f"{where}: no recorded members (ops.<op>.members, members.<op> or calls)")
+
+
+def _recordings(results: Path, d: dict) -> dict[str, dict[str, dict]]:
+    """The members of ``file`` or, for ``files``, of every one (a member named by file and setting)."""
+    files = d["files"] if "files" in d else [d["file"]]
+    out: dict[str, dict[str, dict]] = {}
+    for f in files:
+        for op, members in _members(json.loads((results / f).read_text()), f).items():
+            out.setdefault(op, {}).update({(f"{f}:{m}" if "files" in d else m): r for m, r in members.items()})
+    return out
 
 
 def _member(members: dict[str, dict], name: str, where: str) -> dict:
@@ -82,7 +106,8 @@ def _steps(ops: dict, d: dict) -> dict:
     per_member = []
     for members in ops.values():
         for m in members.values():
-            steps = [s for s in (largest_step(r, d["bin_ms"]) for r in m["rounds"]) if s is not None]
+            rounds = [r for r in m["rounds"] if sum(r) >= d.get("min_ms", 0.0)]
+            steps = [s for s in (largest_step(r, d["bin_ms"]) for r in rounds) if s is not None]
             per_member.append(steps)
     medians = [statistics.median(s) for s in per_member if s]
     return {"median_lo": min(medians), "median_hi": max(medians), "max": max(max(s) for s in per_member if s)}
@@ -108,8 +133,7 @@ def window_figure(results: Path, d: dict) -> dict:
     measure = d["measure"]
     if measure == "first_member":
         return _first_member_calibrations(results, d)
-    rec = json.loads((results / d["file"]).read_text())
-    ops = _members(rec, d["file"])
+    ops = _recordings(results, d)
     if measure == "level":
         return _level(ops, d, d["file"])
     if measure == "spread":

@@ -22,6 +22,18 @@ def split_rounds(samples: list[float], round_iters: list[int]) -> list[list[floa
     return out
 
 
+def call_batches(call: dict) -> list[list[float]]:
+    """A benchmarks/measure_noise.py call's timed iterations (iterations_ms, in order) cut into its batches."""
+    its, out, i = call["iterations_ms"], [], 0
+    for b in call["batches"]:
+        n = b.get("iters") or 0
+        out.append(its[i:i + n])
+        i += n
+    if i != len(its) or not all(out):
+        raise ValueError(f"call {call.get('call')}: its batches' iterations do not add up to its {len(its)}")
+    return out
+
+
 def window_value(iterations: list[float], window_ms: float, min_iters: int, skip_ms: float = 0.0) -> float:
     """The round value a window of ``window_ms`` would have given after ``skip_ms`` more pre-roll: the
     median of the iterations that start at or after ``skip_ms`` of GPU time and fit in the window (at

@@ -14,8 +14,8 @@ host. So on CUDA the timed iterations are enqueued before the GPU reaches them:
    sized so that the host enqueues the pre-roll (GPU-bound: its lead then grows through the timed
    iterations) or everything (host-bound) before the GPU leaves the pre-roll; for GPU-bound ops the
    pre-roll alone usually gives that lead. The pre-roll is also what makes the timing reproducible: on
-   2xH200 every op slowed by 4-12% over its first ~100 ms of work after an idle spell (the clock
-   settling from boost to the op's loaded level), and a batch timed in that transient moved from call
+   2xH200 every op slowed by about 8% over its first ~100 ms of work after an idle spell (the clock
+   settling from boost to the op's loaded level; results/noise-x2, noise-sleep-preroll25), and a batch timed in that transient moved from call
    to call. Holding with large GEMMs instead settled the clock below the op's own level. Training
    keeps the GPU loaded with the layer's own work; the pre-roll does too.
 3. After the sleep, one tiny all-reduce lines the ranks' streams up.
@@ -216,9 +216,9 @@ def batch_checks(enqueue_ms: float, slept_ms: float, host_ms: float, gpu_ms: flo
 
 def timed_iters(iters: int, host_ms: float, gpu_ms: float, window_ms: float) -> int:
     """Timed iterations of a batch: ``iters``, or for a GPU-bound op as many as fill ``window_ms`` of GPU
-    time (at most WINDOW_MAX_ITERS). Why: on 2xH200 under the power cap an op's time steps up by 5-20%
-    in episodes of ~50-300 ms that NVML's SM clock does not show (results/noise-x2, noise-iterclock*); a
-    10-iteration batch (30-180 ms) caught one or not, so its median moved from call to call (worst
+    time (at most WINDOW_MAX_ITERS). Why: on 2xH200 under the power cap an op's time steps up by up to
+    ~19% in episodes of ~50-300 ms that NVML's SM clock does not show (results/noise-x2); a
+    10-iteration batch (28-184 ms) caught one or not, so its median moved from call to call (worst
     over 7 calls 11.7%), and a 500 ms window's median rides them out (3.1%; 250 ms: 9.0%). A host-bound
     op keeps ``iters``: its host must enqueue the whole batch during the hold."""
     if window_ms <= 0 or not gpu_bound(host_ms, gpu_ms):
