@@ -11,6 +11,7 @@ the corrected one): hidden (as reports print it), value lo hi rounds.
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -34,7 +35,12 @@ def point_sessions(results: Path, runs: list[str] | None = None):
 
 def burn_in_figure(results: Path, d: dict) -> dict:
     """The fields of a ``burn_in`` figure (module doc)."""
-    r = burn_in_replay(point_sessions(results, d.get("runs")))
+    return dict(_burn_in(Path(results), tuple(d.get("runs") or ())))
+
+
+@functools.lru_cache(maxsize=8)     # several figures quote one replay of the same tree
+def _burn_in(results: Path, runs: tuple[str, ...]) -> dict:
+    r = burn_in_replay(point_sessions(results, list(runs) or None))
     out = {"sessions": r["sessions"]}
     for side in ("before", "after"):
         s = r[side]

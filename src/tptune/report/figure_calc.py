@@ -18,8 +18,10 @@ with ``field``: a session.json's members). ``expr`` is arithmetic over the names
 the functions sum, mean, median, min, max, rms, len, sqrt, abs, log, exp, t975 (Student's two-sided 97.5%
 quantile at df: stats.rounds.t975, as the package's intervals), concat (lists joined) and lt, le, gt, ge (1 or 0,
 element-wise: ``sum(lt(hi, 1))`` counts the values below 1); an operation on two lists of equal length, or a
-list and a number, works element by element (the median of per-call ratios: ``median(a / b)``). The result (a
-number, or a list of them) is formatted as ``value``.
+list and a number, works element by element (the median of per-call ratios: ``median(a / b)``). A value may
+instead name a figure kind whose fields are numbers (window, first_member, burn_in, stopping_replay, ops_hidden:
+``{kind: stopping_replay, field: saved}``), so that a figure derived from another's definition reuses it. The
+result (a number, or a list of them) is formatted as ``value``.
 """
 from __future__ import annotations
 
@@ -166,7 +168,18 @@ def evaluate(expr: str, names: dict):
     return ev(tree)
 
 
-def calc(results: Path, d: dict):
-    """The figure's number (or list): ``expr`` over its ``values``."""
-    names = {k: read_value(results, v, k) for k, v in (d.get("values") or {}).items()}
+def calc(results: Path, d: dict, fields=None):
+    """The figure's number (or list): ``expr`` over its ``values``. ``fields`` (report.quoted_figures) gives
+    the fields of a value that names a figure kind instead of a file (``kind:`` and its spec, ``field:``)."""
+    names = {}
+    for k, v in (d.get("values") or {}).items():
+        if "kind" in v:
+            if fields is None:
+                raise ValueError(f"values.{k}: a kind's fields need the figures' resolver")
+            got = fields(v)
+            if v.get("field") not in got:
+                raise ValueError(f"values.{k}: field {v.get('field')!r} is none of {', '.join(got)}")
+            names[k] = float(got[v["field"]])
+        else:
+            names[k] = read_value(results, v, k)
     return evaluate(str(d["expr"]), names)

@@ -68,6 +68,7 @@ Kinds (every ratio a / b, below 1 faster; docs/figures.md has the definitions):
            (report.figure_window)
   burn_in  what leaving the bound's first round out changes over every committed point session with a bound
            (report.figure_bound: setting-rounds where the bound reads slower, bound faults, before and after)
+  stopping_replay  what the futility stop saves, replayed over the committed sessions (report.figure_stopping)
   ops_hidden  the share of the exposed communication a run's chosen settings hide, the ops summed, from
            their TP-point sessions; ``burn_in: keep`` keeps the bound's first round (report.figure_bound)
   value    a number read from a file (wall_s.txt) or a JSON key (dotted; a list index as a number), with a
@@ -91,6 +92,7 @@ from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
 from tptune.report.figure_bound import burn_in_figure, ops_hidden_figure
 from tptune.report.figure_calc import calc
+from tptune.report.figure_stopping import stopping_figure
 from tptune.report.figure_window import first_member_figure, window_figure
 from tptune.records.block_sessions import BlockSession, index, same_pair
 from tptune.records.point_fields import point_median
@@ -247,7 +249,7 @@ class Figures:
         if kind == "spread":
             return d.get("format", "{spread:.1%}").format(**_spread(self.results / d["file"], d["key"], d.get("field", "ms")))
         if kind == "calc":
-            v = calc(self.results, d)
+            v = calc(self.results, d, self._fields)
             return d.get("format", "{value}").format(value=v)
         if kind == "window":
             return d["format"].format(**window_figure(self.results, d))
@@ -255,6 +257,8 @@ class Figures:
             return d["format"].format(**first_member_figure(self.results, d))
         if kind == "burn_in":
             return d["format"].format(**burn_in_figure(self.results, d))
+        if kind == "stopping_replay":
+            return d["format"].format(**stopping_figure(self.results, d))
         if kind == "ops_hidden":
             return d.get("format", "{hidden}").format(**ops_hidden_figure(self.results, d))
         if kind == "value":
@@ -262,7 +266,15 @@ class Figures:
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
             return d.get("format", "{value}").format(value=v, n=len(v) if isinstance(v, (list, dict)) else None)
         raise ValueError(f"kind {kind!r} is none of pooled, session, op, limit, median, account, hidden, efficiency, "
-                         "host, numerics, run_cost, verify_numerics, spread, value, calc, window, first_member, burn_in, ops_hidden")
+                         "host, numerics, run_cost, verify_numerics, spread, value, calc, window, first_member, burn_in, ops_hidden, stopping_replay")
+
+    def _fields(self, d: dict) -> dict:
+        """The raw fields of a figure kind that computes them (a calc value naming a kind: figure_calc)."""
+        kinds = {"window": window_figure, "first_member": first_member_figure, "burn_in": burn_in_figure,
+                 "stopping_replay": stopping_figure, "ops_hidden": ops_hidden_figure}
+        if d["kind"] not in kinds:
+            raise ValueError(f"a calc value's kind {d['kind']!r} is none of {', '.join(kinds)}")
+        return kinds[d["kind"]](self.results, d)
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``
