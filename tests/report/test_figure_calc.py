@@ -111,3 +111,17 @@ def test_count_reads_how_many_items_a_recorded_list_holds():
     d = {"expr": "n", "values": {"n": {"file": "tp24-llama3-70b-h200x4/rep1/confirm.json", "key": "launches",
                                        "field": "iterations", "count": True}}}
     assert calc(RESULTS, d) == [float(len(x["iterations"])) for x in rec["launches"]]
+
+
+def test_per_round_parts_and_group_peaks_of_a_runs_samples():
+    f = "knobs-llama3-70b-x2/sessions/fc1/tp2/point/none/run.json"
+    t = json.loads((RESULTS / f).read_text())["timing"]["total_ms"]
+    n = len(t["samples"]) // len(t["rounds"])
+    rounds = [t["samples"][i:i + n] for i in range(0, len(t["samples"]), n)]
+    values = {"s": {"file": f, "key": "timing.total_ms.samples"}, "r": {"file": f, "key": "timing.total_ms.rounds"}}
+    first = calc(RESULTS, {"expr": "part(s, len(s) / len(r), 0, 5)", "values": values})
+    assert first == [x for r in rounds for x in r[:5]]
+    peaks = calc(RESULTS, {"expr": "group_max(part(s, len(s) / len(r), 5, 10), 5)", "values": values})
+    assert peaks == [max(r[5:]) for r in rounds]
+    with pytest.raises(ValueError, match="groups of 7.0: expected a list whose length"):
+        calc(RESULTS, {"expr": "group_max(s, 7)", "values": values})

@@ -16,7 +16,9 @@ mapping, is narrowed with ``where: {field: value}`` (the matching records) and `
 record / value of each entry); ``count: true`` then reads how many items the value holds (of each record's field,
 with ``field``: a session.json's members). ``expr`` is arithmetic over the names (+ - * / ** and parentheses, numbers) and
 the functions sum, mean, median, min, max, rms, len, sqrt, abs, log, exp, t975 (Student's two-sided 97.5%
-quantile at df: stats.rounds.t975, as the package's intervals), concat (lists joined) and lt, le, gt, ge (1 or 0,
+quantile at df: stats.rounds.t975, as the package's intervals), concat (lists joined), part(x, n, i, j) (items
+i to j - 1 of every consecutive group of n: each round's first five of ten iterations), group_max / group_min /
+group_median(x, n) (one value per consecutive group of n) and lt, le, gt, ge (1 or 0,
 element-wise: ``sum(lt(hi, 1))`` counts the values below 1); an operation on two lists of equal length, or a
 list and a number, works element by element (the median of per-call ratios: ``median(a / b)``). A value may
 instead name a figure kind whose fields are numbers (window, first_member, burn_in, stopping_replay, ops_hidden:
@@ -43,6 +45,25 @@ _FUN = {"sum": sum, "mean": statistics.fmean, "median": statistics.median, "min"
         "rms": lambda xs: math.sqrt(statistics.fmean([x * x for x in xs])), "len": len}
 _ONE = {"sqrt": math.sqrt, "abs": abs, "log": math.log, "exp": math.exp, "t975": t975}     # element-wise
 _CMP = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge}        # 1.0 / 0.0
+
+
+def _groups(x, n) -> list[list[float]]:
+    """``x`` cut into consecutive groups of ``n`` (a run.json's samples into its rounds of n iterations)."""
+    k = int(n)
+    if not isinstance(x, list) or k != n or k < 1 or len(x) % k:
+        raise ValueError(f"groups of {n}: expected a list whose length ({len(x) if isinstance(x, list) else 1}) "
+                         "a positive whole number divides")
+    return [x[i:i + k] for i in range(0, len(x), k)]
+
+
+def _part(x, n, i, j):
+    """Items i to j - 1 of every group of n, in order (the first 5 of each round's 10 iterations)."""
+    return [v for g in _groups(x, n) for v in g[int(i):int(j)]]
+
+
+_GROUP = {"part": _part, "group_max": lambda x, n: [max(g) for g in _groups(x, n)],
+          "group_min": lambda x, n: [min(g) for g in _groups(x, n)],
+          "group_median": lambda x, n: [statistics.median(g) for g in _groups(x, n)]}
 
 
 def _key(v, key, where: str):
@@ -149,6 +170,9 @@ def evaluate(expr: str, names: dict):
             v = ev(n.operand)
             return [-x for x in v] if isinstance(v, list) else -v
         name = n.func.id if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and not n.keywords else None
+        if name in _GROUP:
+            x, *rest = [ev(a) for a in n.args]
+            return _GROUP[name](x, *rest)
         if name in _FUN or name in _ONE or name in _CMP or name == "concat":
             args = [ev(a) for a in n.args]
             if name in _FUN:
