@@ -5,7 +5,6 @@ adds to every iteration of every launch); and how much of the iteration those la
 from __future__ import annotations
 
 import math
-
 from dataclasses import replace
 
 from tptune.model.memory import GIB, estimate

@@ -23,12 +23,18 @@ from tptune.stats.efficiency import model_efficiency
 POINT_SESSIONS = "**/sessions/*/tp*/point/session.json"
 
 
-def point_sessions(results: Path, runs: list[str] | None = None):
-    """(name, {case id: point}) of every point session under ``results`` (or under its folders ``runs``)."""
+def run_roots(results: Path, runs: list[str] | None) -> list[Path]:
+    """The folders ``runs`` under ``results`` (every one must be there), or ``results`` itself without them."""
     roots = [results / r for r in runs] if runs else [results]
     for root in roots:
         if not root.is_dir():
             raise ValueError(f"runs: no folder {root.relative_to(results)!s} under results/")
+    return roots
+
+
+def point_sessions(results: Path, runs: list[str] | None = None):
+    """(name, {case id: point}) of every point session under ``results`` (or under its folders ``runs``)."""
+    for root in run_roots(results, runs):
         for sj in sorted(root.glob(POINT_SESSIONS)):
             yield str(sj.parent.relative_to(results)), load_session(sj.parent, strict=False).points
 

@@ -17,8 +17,8 @@ record / value of each entry); ``count: true`` then reads how many items the val
 with ``field``: a session.json's members). ``expr`` is arithmetic over the names (+ - * / ** and parentheses, numbers) and
 the functions sum, mean, median, min, max, rms, len, sqrt, abs, log, exp, t975 (Student's two-sided 97.5%
 quantile at df: stats.rounds.t975, as the package's intervals), concat (lists joined), part(x, n, i, j) (items
-i to j - 1 of every consecutive group of n: each round's first five of ten iterations), group_max / group_min /
-group_median(x, n) (one value per consecutive group of n) and lt, le, gt, ge (1 or 0,
+i to j - 1 of every consecutive group of n: each round's first five of ten iterations), group_max(x, n) (the
+largest of every consecutive group of n) and lt, le, gt, ge (1 or 0,
 element-wise: ``sum(lt(hi, 1))`` counts the values below 1); an operation on two lists of equal length, or a
 list and a number, works element by element (the median of per-call ratios: ``median(a / b)``). A value may
 instead name a figure kind whose fields are numbers (window, first_member, burn_in, stopping_replay, ops_hidden:
@@ -61,12 +61,11 @@ def _part(x, n, i, j):
     return [v for g in _groups(x, n) for v in g[int(i):int(j)]]
 
 
-_GROUP = {"part": _part, "group_max": lambda x, n: [max(g) for g in _groups(x, n)],
-          "group_min": lambda x, n: [min(g) for g in _groups(x, n)],
-          "group_median": lambda x, n: [statistics.median(g) for g in _groups(x, n)]}
+_GROUP = {"part": _part, "group_max": lambda x, n: [max(g) for g in _groups(x, n)]}
 
 
-def _key(v, key, where: str):
+def walk_key(v, key, where: str):
+    """``v``'s value at ``key`` (module doc: dotted, list indices as numbers, or a list of segments)."""
     for k in (key if isinstance(key, list) else str(key).split(".")):
         try:
             v = v[int(k)] if isinstance(v, list) else v[k]
@@ -105,12 +104,12 @@ def _read(path: Path, d: dict, where: str):
 
 def _narrow(v, d: dict, where: str):
     if d.get("key") is not None:
-        v = _key(v, d["key"], where)
+        v = walk_key(v, d["key"], where)
     if d.get("where"):
         v = [r for r in v if all(r.get(k) == want for k, want in d["where"].items())]
     if "field" in d:
         rows = v.values() if isinstance(v, dict) else v
-        v = [_key(r, d["field"], where) for r in rows]
+        v = [walk_key(r, d["field"], where) for r in rows]
     elif isinstance(v, dict) and not d.get("count"):
         v = list(v.values())
     if d.get("count"):     # how many items: of the value, or of each record's field

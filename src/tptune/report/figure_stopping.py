@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from tptune.report.figure_bound import run_roots
 from tptune.stats.stopping_replay import replay_sessions
 
 
@@ -18,10 +19,7 @@ def stopping_figure(results: Path, d: dict) -> dict:
 
 @functools.lru_cache(maxsize=8)     # several figures quote one replay of the same tree
 def _replayed(results: Path, runs: tuple[str, ...]) -> dict:
-    roots = [results / r for r in runs] if runs else [results]
-    for root in roots:
-        if not root.is_dir():
-            raise ValueError(f"runs: no folder {root.relative_to(results)!s} under results/")
+    roots = run_roots(results, list(runs))
     r = replay_sessions(sorted({p.parent for root in roots for p in root.rglob("session.json")}))
     return {"sessions": r["sessions"], "exact": r["exact"], "off": r["member_rounds"]["off"],
             "on": r["member_rounds"]["on"], "saved": r["saved"], "compared": r["compared"],

@@ -16,8 +16,7 @@ benchmarks/measure_noise.py recording (each GPU-timed setting's batches, every c
                bin (stats.window.bin_profile): within (the largest |x| over the bins other than the first and
                ``apart``), apart_lo apart_hi (least and largest over the members in the ``apart`` bins)
   steps        a round's largest step between consecutive ``bin_ms`` bins' medians (stats.window.largest_step):
-               median_lo median_hi (least and largest over the members of the median over its rounds), max,
-               ``min_ms``: only rounds of at least that much GPU time
+               median_lo median_hi (least and largest over the members of the median over its rounds), max
   first_member what round 0 adds to the pair's log ratio, its first member (the pair's first) against the
                second, at ``window_ms`` (stats.window.first_member_effect): effect (mean over the op
                sessions of ``files``), n
@@ -35,7 +34,7 @@ import statistics
 from pathlib import Path
 
 from tptune.records.sessions import load_session
-from tptune.stats.rounds import log_ratio_interval, point_rounds
+from tptune.stats.rounds import paired_ratio, point_rounds
 from tptune.stats.window import (bin_profile, call_batches, first_member_effect, largest_step, round_values,
                                  spread)
 
@@ -81,7 +80,7 @@ def _level(ops: dict, d: dict, where: str) -> dict:
     m = _member(ops[d["op"]], d["member"], where)
     mine = round_values(m["rounds"], d["window_ms"], m["min_iters"], d.get("skip_ms", 0.0))
     theirs = round_values(m["rounds"], d["window_ms"], m["min_iters"], d["against_skip_ms"])
-    r = log_ratio_interval([math.log(a) - math.log(b) for a, b in zip(mine, theirs)])
+    r = paired_ratio(dict(enumerate(mine)), dict(enumerate(theirs)))
     return {"ratio": r.ratio, "lo": r.lo, "hi": r.hi, "rounds": r.rounds}
 
 
@@ -106,8 +105,7 @@ def _steps(ops: dict, d: dict) -> dict:
     per_member = []
     for members in ops.values():
         for m in members.values():
-            rounds = [r for r in m["rounds"] if sum(r) >= d.get("min_ms", 0.0)]
-            steps = [s for s in (largest_step(r, d["bin_ms"]) for r in rounds) if s is not None]
+            steps = [s for s in (largest_step(r, d["bin_ms"]) for r in m["rounds"]) if s is not None]
             per_member.append(steps)
     medians = [statistics.median(s) for s in per_member if s]
     return {"median_lo": min(medians), "median_hi": max(medians), "max": max(max(s) for s in per_member if s)}

@@ -91,10 +91,11 @@ import yaml
 from tptune.errors import TptuneError
 from tptune.report.block_account import block_account
 from tptune.report.figure_bound import burn_in_figure, ops_hidden_figure
-from tptune.report.figure_calc import calc
+from tptune.report.figure_calc import calc, walk_key
 from tptune.report.figure_stopping import stopping_figure
 from tptune.report.figure_window import first_member_figure, window_figure
 from tptune.records.block_sessions import BlockSession, index, same_pair
+from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import point_median
 from tptune.records.run_cost import run_cost
 from tptune.records.run_dir import RunDir
@@ -135,6 +136,10 @@ class Difference:
         return f"{self.file}: {self.figure}: reads {self.written!r}, the results give {self.computed!r}"
 
 
+# kinds whose figure is a mapping of fields (their format names them; a calc value may read one)
+FIELD_KINDS = {"window": window_figure, "first_member": first_member_figure, "burn_in": burn_in_figure,
+               "stopping_replay": stopping_figure, "ops_hidden": ops_hidden_figure}
+
 def _f3(x: float) -> str:
     return f"{x:.3f}"
 
@@ -144,7 +149,7 @@ def _case(bs: BlockSession, variant: str) -> str:
     return variant if variant.startswith("layer-") else f"layer-tp{tp}-{variant}"
 
 
-def _point(bs: BlockSession, case: str, keep_burn_in: bool = False) -> dict:
+def _point(bs: BlockSession, case: str, keep_burn_in: bool = False) -> MeasuredPoint:
     p = bs.session.points.get(case)
     if p is None:
         raise TptuneError(f"{bs.rel}: no member {case} (it has {', '.join(sorted(bs.session.points))})")
@@ -251,16 +256,8 @@ class Figures:
         if kind == "calc":
             v = calc(self.results, d, self._fields)
             return d.get("format", "{value}").format(value=v)
-        if kind == "window":
-            return d["format"].format(**window_figure(self.results, d))
-        if kind == "first_member":
-            return d["format"].format(**first_member_figure(self.results, d))
-        if kind == "burn_in":
-            return d["format"].format(**burn_in_figure(self.results, d))
-        if kind == "stopping_replay":
-            return d["format"].format(**stopping_figure(self.results, d))
-        if kind == "ops_hidden":
-            return d.get("format", "{hidden}").format(**ops_hidden_figure(self.results, d))
+        if kind in FIELD_KINDS:
+            return d.get("format", "{hidden}").format(**FIELD_KINDS[kind](self.results, d))
         if kind == "value":
             path = self.results / d["file"]
             v = _json_key(path, d["key"]) if d.get("key") else float(path.read_text().split()[0])
@@ -270,11 +267,9 @@ class Figures:
 
     def _fields(self, d: dict) -> dict:
         """The raw fields of a figure kind that computes them (a calc value naming a kind: figure_calc)."""
-        kinds = {"window": window_figure, "first_member": first_member_figure, "burn_in": burn_in_figure,
-                 "stopping_replay": stopping_figure, "ops_hidden": ops_hidden_figure}
-        if d["kind"] not in kinds:
-            raise ValueError(f"a calc value's kind {d['kind']!r} is none of {', '.join(kinds)}")
-        return kinds[d["kind"]](self.results, d)
+        if d["kind"] not in FIELD_KINDS:
+            raise ValueError(f"a calc value's kind {d['kind']!r} is none of {', '.join(FIELD_KINDS)}")
+        return FIELD_KINDS[d["kind"]](self.results, d)
 
     def _account(self, rel: str, decisions: str | None = None) -> dict:
         """The block account (report.block_account) of block session ``rel``'s run at its TP; ``decisions``
@@ -314,7 +309,7 @@ class Figures:
         """Setting ``variant``'s host launch time against its GPU time in session ``rel`` (run.json host), and
         the session's timed batches whose host never got ahead (stats.host_evidence), every member's."""
         bs, case = self._member(rel, variant)
-        host = _host_record(_point(bs, case))
+        host = _point(bs, case).host or {}
         if host.get("host_ms") is None or host.get("gpu_ms") is None:
             raise ValueError(f"{rel}: {case} records no host launch time (host.host_ms, host.gpu_ms)")
         summaries = [host_summary(p) for p in bs.session.points.values()]
@@ -451,16 +446,8 @@ class Figures:
         return re.sub(r"\{([\w.-]+)\}", lambda m: self.get(m.group(1)), self._block(name)["text"])
 
 
-def _host_record(point) -> dict:
-    """A member's run.json ``host`` record (its launch time against its GPU time, its batches)."""
-    return (point.get("host") if isinstance(point, dict) else point.host) or {}
-
-
 def _json_key(path: Path, key: str):
-    v = json.loads(path.read_text())
-    for k in key.split("."):
-        v = v[int(k)] if isinstance(v, list) else v[k]
-    return v
+    return walk_key(json.loads(path.read_text()), key, path.name)
 
 
 def _spread(path: Path, key: str, field: str) -> dict:
