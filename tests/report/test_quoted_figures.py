@@ -2,6 +2,7 @@
 (report.quoted_figures, results/figures.yaml); the pairs it pools (records.block_sessions) and the block's
 bound without its burn-in round, on the committed sessions."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -201,3 +202,43 @@ def test_a_run_folders_own_figures_yaml_is_merged_and_a_name_defined_twice_refus
     (run / "figures.yaml").write_text("figures:\n  a.wall: {kind: value, file: x, format: '{value}'}\n")
     with pytest.raises(TptuneError, match=r"figure 'a.wall' is defined in .*results/figures.yaml too"):
         load_spec(results)
+
+
+UNCLOSED = ("intro\n"
+            "first <!-- figure:rep4.limit_nemo -->1.072× and then the closing marker is gone\n"
+            "text that must survive\n"
+            "more text\n"
+            "second <!-- figure:knobs_x2.nvidia -->0.977<!-- /figure -->\n")
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_an_unclosed_marker_is_refused_naming_it_and_nothing_is_written(tmp_path, check):
+    """Issue 54 item 2: a figure marker whose <!-- /figure --> is gone made tptune figures rewrite everything up
+    to the next figure's closing marker (that figure's marker with it) and return 0; --check reported a value."""
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "results").symlink_to(RESULTS, target_is_directory=True)
+    (root / "README.md").write_text(UNCLOSED)
+    other = root / "docs" / "x.md"   # a file with a figure to rewrite: nothing is written there either
+    other.write_text("<!-- figure:rep4.limit_nemo -->1.078×<!-- /figure -->\n")
+    r = subprocess.run([sys.executable, "-m", "tptune", "figures", "--root", str(root), *(["--check"] if check else [])],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "README.md:2: <!-- figure:rep4.limit_nemo --> is unclosed" in r.stderr, r.stderr
+    assert "reads" not in r.stderr and "Traceback" not in r.stderr
+    assert (root / "README.md").read_text() == UNCLOSED
+    assert other.read_text() == "<!-- figure:rep4.limit_nemo -->1.078×<!-- /figure -->\n"
+
+
+@pytest.mark.parametrize("text, says", [
+    ("a <!-- /figure --> alone\n", "x.md:1: <!-- /figure --> closes no <!-- figure:NAME -->"),
+    ("<!-- figures:proven -->\n| a |\n<!-- figure:rep4.limit_nemo -->1.072×<!-- /figure -->\n",
+     "x.md:1: <!-- figures:proven --> is unclosed"),
+    ("<!-- figures:proven -->\n| a |\n<!-- /figures:headline -->\n", "x.md:1: <!-- figures:proven --> is unclosed"),
+])
+def test_a_marker_out_of_place_is_refused_naming_its_line(tmp_path, text, says):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text(text)
+    with pytest.raises(TptuneError, match=re.escape(says)):
+        generate(tmp_path, results=RESULTS)
+    assert (tmp_path / "docs" / "x.md").read_text() == text

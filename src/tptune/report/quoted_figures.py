@@ -114,6 +114,8 @@ MARGIN = 0.02
 DEFAULT_RATIO = "{ratio} [{lo}, {hi}], {rounds} rounds{over}"
 INLINE = re.compile(r"<!-- figure:([\w.-]+) -->(.*?)<!-- /figure -->", re.S)
 BLOCK = re.compile(r"(<!-- figures:([\w.-]+) -->\n)(.*?)(<!-- /figures:\2 -->)", re.S)
+MARKER = re.compile(r"<!-- (?:figure:(?P<open>[\w.-]+)|(?P<close>/figure)|figures:(?P<bopen>[\w.-]+)"
+                    r"|/figures:(?P<bclose>[\w.-]+)) -->")
 
 
 @dataclass
@@ -467,6 +469,59 @@ def quoting_files(root: Path) -> list[Path]:
     return [f for f in files if f.exists()]
 
 
+def marker_problems(text: str, rel: str) -> list[str]:
+    """Every figure marker of ``text`` (file ``rel``) that is not paired: an opening marker another marker or
+    the file's end comes before its closing one (unclosed), a closing marker that closes nothing, a block's
+    opening marker that does not end its line. A copy runs from its opening marker to its closing one, so
+    rewriting past an unclosed marker would overwrite the text up to the next closing marker."""
+    out, inline, block = [], None, None   # the pending openings: (line, marker)
+
+    def line(pos: int) -> int:
+        return text.count("\n", 0, pos) + 1
+
+    def unclosed(pending, by: str) -> None:
+        closing = "<!-- /figure -->" if pending[1].startswith("<!-- figure:") else \
+            pending[1].replace("<!-- figures:", "<!-- /figures:")
+        out.append(f"{rel}:{pending[0]}: {pending[1]} is unclosed (no {closing} before {by})")
+
+    for m in MARKER.finditer(text):
+        at, here = line(m.start()), f"{rel}:{line(m.start())}"
+        by = f"{m.group(0)} on line {at}"
+        if m.group("open") or m.group("bopen"):
+            if inline:
+                unclosed(inline, by)
+                inline = None
+            if m.group("open"):
+                inline = (at, m.group(0))
+                continue
+            if block:
+                unclosed(block, by)
+            if not text.startswith("\n", m.end()):
+                out.append(f"{here}: {m.group(0)} must end its line (a block starts on the next one)")
+            block = (at, m.group(0))
+        elif m.group("close"):
+            if inline:
+                inline = None
+            else:
+                out.append(f"{here}: {m.group(0)} closes no <!-- figure:NAME --> (none is open before it)")
+        else:
+            if inline:
+                unclosed(inline, by)
+                inline = None
+            if block and block[1] == f"<!-- figures:{m.group('bclose')} -->":
+                block = None
+            elif block:
+                unclosed(block, by)
+                block = None
+            else:
+                out.append(f"{here}: {m.group(0)} closes no <!-- figures:{m.group('bclose')} --> "
+                           "(none is open before it)")
+    for pending in (inline, block):
+        if pending:
+            unclosed(pending, "the end of the file")
+    return out
+
+
 def render(text: str, figs: Figures) -> tuple[str, list[tuple[str, str, str]]]:
     """(``text`` with every marked copy generated, [(figure or block, as written, as computed)] differing)."""
     diffs = []
@@ -492,11 +547,16 @@ def generate(root: str | Path, check: bool = False, results: str | Path | None =
     """Rewrite every marked copy under ``root`` (the repository) from ``results`` (default ``root/results``);
     with ``check`` write nothing. Returns the copies that differed (with check: that differ)."""
     root = Path(root)
-    figs = Figures(Path(results) if results is not None else root / "results")
     files = quoting_files(root)
+    texts = {f: f.read_text() for f in files}
+    bad = [p for f in files for p in marker_problems(texts[f], f.relative_to(root).as_posix())]
+    if bad:   # the markers' pairing is what tells a copy from the text around it: write nothing
+        raise TptuneError("figure markers out of place, nothing written:\n" + "\n".join(f"  {p}" for p in bad)
+                          + "\n(close each marker or remove it, then run tptune figures again)")
+    figs = Figures(Path(results) if results is not None else root / "results")
     out = []
     for f in files:
-        text = f.read_text()
+        text = texts[f]
         if "<!-- figure" not in text:
             continue
         new, diffs = render(text, figs)
