@@ -3,6 +3,7 @@ import json
 import os
 from pathlib import Path
 import sys
+import shlex
 
 from snakemake.exceptions import WorkflowError
 

@@ -90,6 +90,7 @@ rule confirm:
     params:
         run_dir=lambda wc, output: os.path.dirname(output[0]),
         c=S.confirm,
+        checkout=(f" --megatron-lm {shlex.quote(S.confirm.megatron_lm)}" if S.confirm.megatron_lm else ""),
     resources:
         gpus=max(S.tp_sizes),
     log:
@@ -99,7 +100,8 @@ rule confirm:
     shell:
         "tptune confirm {params.run_dir} --rounds {params.c.rounds} --max-layers {params.c.max_layers}"
         " --iters {params.c.iters} --micro-batches {params.c.micro_batches} --timeout {params.c.timeout_s}"
-        " --exit-zero > {log} 2>&1"
+        " --max-rounds {params.c.max_rounds} --budget {params.c.budget_s} --target {params.c.target_half_width}"
+        "{params.checkout} --exit-zero > {log} 2>&1"
 
 
 rule report:

@@ -3,12 +3,18 @@ argv, prints training-log lines in the exact format of megatron/training/trainin
 (megatron-core 0.19.2), nothing else. Format-true, not a GPU recording. Its iteration time depends on the
 overlap flags it is given (the set's cfg file, another cfg, none) so the ratios have something to find;
 STANDIN_LOSS_SHIFT (relative) shifts the loss of launches with --tp-comm-overlap, to fail the loss rule;
-STANDIN_FAIL=<setting-cfg-substring> makes a launch whose cfg path contains it exit 1 with a userbuffers assert."""
+STANDIN_FAIL=<setting-cfg-substring> makes a launch whose cfg path contains it exit 1 with a userbuffers assert;
+STANDIN_SLEEP=<s> sleeps that long before it prints (a launch a test can cut)."""
 import datetime
 import os
 import sys
+import time
 
 argv = sys.argv[1:]
+# Megatron prints the training log on the last rank only (print_rank_last); the others print nothing here.
+last = int(os.environ.get("RANK", "0")) == int(os.environ.get("WORLD_SIZE", "1")) - 1
+if not last:
+    sys.exit(0)
 get = lambda flag, d=None: argv[argv.index(flag) + 1] if flag in argv else d
 iters = int(get("--train-iters"))
 seed = int(get("--seed"))
@@ -17,6 +23,7 @@ fail = os.environ.get("STANDIN_FAIL")
 if fail and fail in cfg:
     print("[rank0]: AssertionError: userbuffers: ub_comm init failed (stand-in)", flush=True)
     sys.exit(1)
+time.sleep(float(os.environ.get("STANDIN_SLEEP", "0")))
 ms = 500.0 * (1.0 if not cfg else 0.97 if cfg.endswith(".tp4.yaml") else 0.985)
 shift = float(os.environ.get("STANDIN_LOSS_SHIFT", "0")) if "--tp-comm-overlap" in argv else 0.0
 for i in range(1, iters + 1):

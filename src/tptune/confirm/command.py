@@ -15,7 +15,7 @@ from pathlib import Path
 from tptune.errors import ConfigError
 from tptune.model.spec import FP8_RECIPES, ModelConfig
 
-ENTRY = Path(__file__).resolve().parent / "megatron_lm" / "launch_pretrain.py"
+RUNNER = Path(__file__).resolve().parent / "rank_runner.py"    # each rank of a launch group (confirm.group)
 # Required on the lent machines (NVLink multicast off) and by Megatron with TP (one connection).
 LAUNCH_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
               "UB_SKIPMC": "1", "CUDA_DEVICE_MAX_CONNECTIONS": "1", "PYTHONUNBUFFERED": "1"}
@@ -121,8 +121,8 @@ def _is_switch(argv: list[str], flag: str) -> bool:
     return i + 1 >= len(argv) or argv[i + 1].startswith("--")
 
 
-def launcher_argv(nproc: int, port: int, entry: str | Path = ENTRY, python: str = sys.executable) -> list[str]:
-    """``torch.distributed.run`` on one node: ``nproc`` ranks, its rendezvous on 127.0.0.1:``port``."""
+def launcher_argv(nproc: int, port: int, entry: str | Path = RUNNER, python: str = sys.executable) -> list[str]:
+    """``torch.distributed.run`` on one node: ``nproc`` ranks of ``entry``, its rendezvous on 127.0.0.1:``port``."""
     return [python, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
             "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(port), str(entry)]
 
@@ -134,3 +134,22 @@ def launch_env(base: dict[str, str], tmp: str | Path) -> dict[str, str]:
     env.update(LAUNCH_ENV)
     env["TMPDIR"] = str(tmp)
     return env
+
+
+def entry_args(*, seed: int, packed: str | Path | None = None) -> list[str]:
+    """tptune's training entry's own arguments (confirm.trainer): its GPU-timed iterations written to the
+    launch's folder (``{workdir}``, filled in per launch), the data seed, packed micro-batches when given."""
+    a = ["--tptune-timing", "{workdir}/timing.json", "--tptune-data-seed", str(seed)]
+    if packed is not None:
+        a += ["--tptune-packed", str(packed)]
+    return a
+
+
+def checkout_script(path: str | Path) -> Path:
+    """A user's Megatron-LM checkout's ``pretrain_gpt.py``; ConfigError naming the setting when it is not one."""
+    root = Path(path).expanduser()
+    script = root / "pretrain_gpt.py"
+    if not root.is_dir() or not script.is_file() or not (root / "megatron" / "training").is_dir():
+        raise ConfigError("confirm.megatron_lm", [f"{path}: not a Megatron-LM checkout (expected a folder with "
+                                                  "pretrain_gpt.py and megatron/training/)"])
+    return script.resolve()

@@ -32,9 +32,14 @@ GROSS = 1e-2               # relative: beyond any reduction order; judged even w
 
 
 def rounds_of(launches: list[dict], setting: str) -> dict[int, float]:
-    """{round: median iteration ms} of the setting's successful launches."""
-    return {x["round"]: x["median_ms"] for x in launches
-            if x["setting"] == setting and x["status"] == "ok" and x["median_ms"]}
+    """{round: iteration ms} of the setting's successful launches: ``iteration_ms`` (confirm.launch), or
+    ``median_ms`` in records written before it."""
+    out = {}
+    for x in launches:
+        v = x.get("iteration_ms") if x.get("iteration_ms") is not None else x.get("median_ms")
+        if x["setting"] == setting and x["status"] == "ok" and v:
+            out[x["round"]] = v
+    return out
 
 
 def ratios(launches: list[dict], pairs: list[tuple[str, str]], margin: float) -> dict[str, dict | None]:

@@ -21,8 +21,16 @@ def interval(r: dict) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="the run folder, outputs/<run> (decisions.json, model.json, the emitted files)")
-    p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"], help="rounds of [set, preset, none] in "
-                   "rotating order, one fresh launch each (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=DEFAULTS["rounds"], help="the fewest rounds of [set, preset, "
+                   "nemo, none] in rotating order, one fresh launch each (default %(default)s)")
+    p.add_argument("--max-rounds", type=int, default=DEFAULTS["max_rounds"], help="rounds are added one at a time "
+                   "until the headline ratios resolve or the budget ends, at most this many (default %(default)s)")
+    p.add_argument("--budget", type=float, default=DEFAULTS["budget_s"], help="seconds: no round starts that "
+                   "would end after this (default %(default)s)")
+    p.add_argument("--target", type=float, default=DEFAULTS["target_half_width"], help="the half-width at which "
+                   "a headline ratio is resolved (default %(default)s)")
+    p.add_argument("--megatron-lm", help="a Megatron-LM checkout whose pretrain_gpt.py runs each launch as it is "
+                   "(default: tptune's own training entry on the installed megatron-core)")
     p.add_argument("--layers", type=int, help="transformer layers (default: as many as fit, at least 2, at most "
                    "--max-layers)")
     p.add_argument("--max-layers", type=int, default=DEFAULTS["max_layers"], help="(default %(default)s)")
@@ -51,7 +59,8 @@ def run(a: argparse.Namespace) -> int:
     try:
         rec = run_confirm(a.run_dir, rounds=a.rounds, layers=a.layers, iters=a.iters, timeout_s=a.timeout,
                           micro_batches=a.micro_batches, max_layers=a.max_layers, seed=a.seed, preset=a.preset,
-                          launcher=a.launcher, tp=a.tp)
+                          launcher=a.launcher, tp=a.tp, max_rounds=a.max_rounds, budget_s=a.budget,
+                          target=a.target, megatron_lm=a.megatron_lm)
     except ConfirmUnavailable as exc:
         if not a.exit_zero:
             raise
@@ -59,10 +68,18 @@ def run(a: argparse.Namespace) -> int:
         write_record(RunDir(a.run_dir).confirm_json, not_run_record(a.tp, str(exc)))
         print(f"tptune confirm: {exc}; {RunDir(a.run_dir).confirm_json} says so", file=sys.stderr)
         return 0
-    r = rec["ratios"].get("set/preset")
     print(f"confirm: {RunDir(a.run_dir).confirm_json} ({rec['wall_s']:.0f} s)")
-    if r:
-        print(f"  set / {rec['settings']['preset']['label']}: {interval(r)}, {r['rounds']} rounds ({r['words']})")
+    for ref in ("preset", "nemo"):
+        r = rec["ratios"].get(f"set/{ref}")
+        if r:
+            p = rec.get("projected", {}).get(f"set/{ref}")
+            proj = (f"; projected to {p['layers']} layers: {interval(p | {'rounds': r['rounds']})}" if p else "")
+            print(f"  set / {rec['settings'][ref]['label']}: {interval(r)}, {r['rounds']} rounds ({r['words']}){proj}")
+    res = rec.get("resolution") or {}
+    for pair, v in (res.get("pairs") or {}).items():
+        if not v["resolved"]:
+            print(f"  {pair}: UNDECIDED at +-{(v['half_width'] or float('nan')):.2%}; +-{res['target_half_width']:.1%} "
+                  f"would need about {v['rounds_needed'] or 'more than 200'} rounds")
     for line in rec["launch_failures"]:
         print(f"  launch failed: {line}", file=sys.stderr)
     if rec["loss_failures"]:

@@ -91,3 +91,29 @@ def ops_share(decisions: dict | None, tp: int, layers: int, micro_batches: int,
     per_layer = sum(per_op.values())
     return {"share": round(per_layer * layers * micro_batches / iteration_ms, 3), "ops_ms_per_layer": round(per_layer, 3),
             "ops_ms": per_op, "iteration_ms": iteration_ms, "from": f"decisions.json ops.*.points.{tp}.best"}
+
+
+def projection(ratio: dict | None, share: dict | None, layers: int, full_layers: int | None,
+               ref_ms: float | None, set_ms: float | None) -> dict | None:
+    """A PROJECTION, not a measurement: the ratio ``a/b`` carried to the model's full depth. The part of the
+    iteration outside the transformer layers (``rest``: the set's iteration x (1 - the layers' share)) is taken
+    as the same for every arm (TP overlap does not touch the embedding, the output layer, the loss or the
+    optimizer step); each arm's per-layer time is (its iteration - rest) / ``layers``; the full model's
+    iteration is rest + ``full_layers`` x that. Applied to the ratio and to its interval's ends. None without a
+    share, a deeper model or times."""
+    if not ratio or not share or not full_layers or full_layers <= layers or not ref_ms or not set_ms:
+        return None
+    rest = set_ms * (1 - share["share"])
+    if rest <= 0 or ref_ms <= rest:
+        return None
+
+    def carry(r: float) -> float:
+        a = rest + full_layers * (r * ref_ms - rest) / layers
+        b = rest + full_layers * (ref_ms - rest) / layers
+        return round(a / b, 4)
+
+    out = {"ratio": carry(ratio["ratio"]), "layers": full_layers, "measured_layers": layers,
+           "kind": "projection", "rest_ms": round(rest, 2)}
+    if ratio.get("lo") is not None and ratio.get("hi") is not None and math.isfinite(ratio["hi"]):
+        out.update(lo=carry(ratio["lo"]), hi=carry(ratio["hi"]))
+    return out

@@ -7,6 +7,8 @@
           environment, not one of the run's own presets in presets/), those whose ub_cfgs Megatron runs with
           its default switches (te.megatron_flags.block_switches), the fastest block; its resolved ub_cfgs
           written as a Megatron yaml under confirm/;
+  nemo    the preset the README's TP 4 headline compares to (``nemo_tp4``), as its own arm wherever the run's
+          block measured it at the TP and it is not already the best preset (REFERENCE_PRESETS);
   none    no overlap (sequence parallelism on, as in every setting).
 """
 from __future__ import annotations
@@ -24,7 +26,9 @@ from tptune.records.run_dir import RunDir
 from tptune.te.megatron_flags import MEGATRON_FIELDS, block_switches, megatron_flags
 from tptune.te.ubcfg import load_preset
 
-SETTINGS = ("set", "preset", "none")
+SETTINGS = ("set", "preset", "nemo", "none")
+# The presets a headline quotes a gain against, each run as its own arm: setting name -> preset.
+REFERENCE_PRESETS = {"nemo": "nemo_tp4"}
 DEFAULT_SWITCHES = dict(MEGATRON_FIELDS, tp_comm_overlap=True)
 
 
@@ -112,11 +116,27 @@ def best_preset(run: RunDir, tp: int, name: str | None = None) -> Setting:
                                       f"switches ({ok[0]['median_ms']:.2f} ms a block)")
     else:
         why = "named with --preset"
+    return preset_setting(run, "preset", name, why, {"candidates": cands})
+
+
+def preset_setting(run: RunDir, setting: str, name: str, why: str, extra: dict | None = None) -> Setting:
+    """The arm ``setting`` running NVIDIA's preset ``name`` under the switches its ub_cfgs need, its resolved
+    ub_cfgs written as a Megatron yaml under confirm/."""
     cfgs = load_preset(name, [run.presets])
     yml = write_overlap_yaml(run.confirm_dir / f"{name}.yaml", cfgs)
     flags = [t for f in megatron_flags(block_switches(cfgs), str(yml.resolve())) for t in shlex.split(f)]
-    return Setting("preset", name, flags, {"preset": name, "why": why, "overlap_cfg": str(yml.relative_to(run.root)),
-                                          "candidates": cands})
+    return Setting(setting, name, flags, {"preset": name, "why": why, "overlap_cfg": str(yml.relative_to(run.root)),
+                                         **(extra or {})})
+
+
+def reference_arms(run: RunDir, tp: int, best: str) -> list[Setting]:
+    """The headline's reference presets (REFERENCE_PRESETS) that the TP ``tp`` block ran under Megatron's
+    default switches, other than the best preset ``best``."""
+    if not run.layer_json(tp).is_file():
+        return []
+    ran = {c["preset"]: c for c in preset_candidates(run, tp) if c["switches_default"]}
+    return [preset_setting(run, setting, name, f"the README's headline reference ({ran[name]['median_ms']:.2f} ms "
+                           "a block)") for setting, name in REFERENCE_PRESETS.items() if name in ran and name != best]
 
 
 def no_overlap() -> Setting:
@@ -124,4 +144,6 @@ def no_overlap() -> Setting:
 
 
 def confirm_settings(run: RunDir, tp: int, preset: str | None = None) -> list[Setting]:
-    return [emitted_set(run, tp), best_preset(run, tp, preset), no_overlap()]
+    """The arms, in SETTINGS order: the set, the best preset, the headline's references, no overlap."""
+    best = best_preset(run, tp, preset)
+    return [emitted_set(run, tp), best, *reference_arms(run, tp, best.label), no_overlap()]

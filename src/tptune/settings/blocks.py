@@ -137,6 +137,10 @@ class Confirm(_Block):
     iters: int = 20
     micro_batches: int = 4
     timeout_s: float = 300.0
+    max_rounds: int = 12
+    budget_s: float = 300.0
+    target_half_width: float = 0.005
+    megatron_lm: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
