@@ -104,16 +104,23 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
                     stop_why = f"the time budget ({budget_s:.0f} s) would pass in another round"
                     break
             for pos, name in todo:
-                if group is None or not group.alive():
-                    if group is not None:
-                        group.close(kill=True)
-                    group = LaunchGroup(lambda port, q: _launcher(launcher, tp, port, [q, "--entry", entry]),
-                                        env, tp, say=say)
-                argv = merged(base, settings[name].flags) + own
-                res = group.run(setting=name, round_=r, position=pos, argv=argv, env=None, timeout_s=timeout_s,
-                                log_path=run.confirm_dir / "logs" / f"r{r}-{name}.log", rel_to=run.root,
-                                iters=iters, timed_from=timed_from,
-                                timing_name="timing.json" if script is None else None)
+                for attempt in (0, 1):
+                    if group is None or not group.alive():
+                        if group is not None:
+                            group.close(kill=True)
+                        group = LaunchGroup(lambda port, q: _launcher(launcher, tp, port, [q, "--entry", entry]),
+                                            env, tp, say=say)
+                    argv = merged(base, settings[name].flags) + own
+                    res = group.run(setting=name, round_=r, position=pos, argv=argv, env=None, timeout_s=timeout_s,
+                                    log_path=run.confirm_dir / "logs" / f"r{r}-{name}.log", rel_to=run.root,
+                                    iters=iters, timed_from=timed_from,
+                                    timing_name="timing.json" if script is None else None)
+                    if attempt or res.status == "ok" or group.mode() != "fork" or not _fork_broke_cuda(run, res):
+                        break
+                    say("  a forked launch could not use CUDA: every launch now starts a new interpreter (spawn)")
+                    env["TPTUNE_CONFIRM_SPAWN"] = "1"
+                    group.close(kill=True)
+                    group = None
                 res.key = key
                 rec = res.to_dict()
                 store.save(rec)
@@ -164,6 +171,13 @@ def rederive_confirm(run: RunDir) -> dict | None:
             record[k] = old[k]
     write_record(run.confirm_json, record)
     return record
+
+
+def _fork_broke_cuda(run: RunDir, res) -> bool:
+    """Whether a launch failed because its process was forked after CUDA was initialised (confirm.rank_runner)."""
+    text = (run.root / res.log).read_text(errors="replace") if (run.root / res.log).is_file() else ""
+    return ("Cannot re-initialize CUDA in forked subprocess" in text
+            or ("CUDA" in text and "initialization error" in text))
 
 
 def _model_or_none(run: RunDir):
