@@ -59,3 +59,27 @@ def test_new_decisions_that_go_on_to_an_unmeasured_tp(tmp_path):
     p = _rederive(run)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert "the new decisions go on to TP=4 after TP=2, which the run did not measure" in p.stderr, p.stderr
+
+
+def _edit_run_json(path, **fields):
+    rec = json.loads(path.read_text())
+    rec.update(fields)
+    path.write_text(json.dumps(rec))
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda run: (run / "sessions/qkv/tp2/point/session.json").write_text(
+        (run / "sessions/qkv/tp2/point/session.json").read_text()[:100]),
+     "sessions/qkv/tp2/point/session.json: not JSON (Expecting"),
+    (lambda run: _edit_run_json(run / "sessions/qkv/tp2/point/chunked.n2/run.json", tp=4),
+     "sessions/qkv/tp2/point/chunked.n2/run.json: field 'tp': 4, but the session measures TP 2"),
+], ids=["truncated-session-json", "tp4-member-in-a-tp2-session"])
+def test_a_malformed_record_is_refused_in_one_line_naming_its_file_and_field(tmp_path, edit, says):
+    """Issue 54 item 4, through the CLI on the committed CPU run: a truncated session.json was a JSONDecodeError
+    traceback; a member claiming TP 4 in a TP 2 session was merged into the TP 2 tables (exit 0)."""
+    run = tmp_path / "run"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "cpu" / "tiny-default", run)
+    edit(run)
+    p = _rederive(run)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert says in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -76,6 +76,15 @@ def test_a_failed_point_is_infinitely_slow():
     (lambda d: d.update(timing=[1.0]), "'timing'"),
     (lambda d: d["timing"]["total_ms"].update(median="fast"), "'timing.total_ms'.median"),
     (lambda d: d["timing"]["fwd_ms"]["samples"].append("x"), "'timing.fwd_ms'.samples"),
+    # issue 54 item 4: times that no clock gives (NaN and inf tracebacked in rederive; a negative median was
+    # worded "at the bound")
+    (lambda d: d["timing"]["total_ms"].update(median=float("nan")), "'timing.total_ms'.median: nan"),
+    (lambda d: d["timing"]["total_ms"]["rounds"].__setitem__(1, float("inf")), "'timing.total_ms'.rounds: inf"),
+    (lambda d: d["timing"]["total_ms"].update(median=-5.0), "'timing.total_ms'.median: -5.0"),
+    (lambda d: d["timing"]["bwd_ms"]["samples"].__setitem__(0, 0.0), "'timing.bwd_ms'.samples: 0.0"),
+    (lambda d: d["timing"]["total_ms"].update(mean=float("-inf")), "'timing.total_ms'.mean: -inf"),
+    (lambda d: d["timing"]["per_rank_median_total_ms"].__setitem__(0, float("nan")),
+     "'timing.per_rank_median_total_ms': nan"),
 ])
 def test_a_malformed_run_json_names_its_file_and_field(tmp_path, change, field):
     raw = json.loads(next(KNOBS.glob("sessions/fc1/tp2/point/none/run.json")).read_text())
@@ -106,3 +115,63 @@ def test_a_built_point_writes_the_fields_it_has():
                            "timing": {"total_ms": {"median": 2.0, "rounds": [2.0, 2.1]}}}
     assert p.with_(session=None).to_dict()["session"] is None
     assert list(MeasuredPoint("x", "failed").to_dict()) == ["case", "status"]
+
+
+# -- issue 54 item 4: records checked where they are loaded: the file and the field, never a traceback --------
+
+def _session(tmp_path, edit=None):
+    """A copy of a committed TP point session (TP 2), ``edit(folder)`` applied."""
+    src = KNOBS / "sessions" / "fc1" / "tp2" / "point"
+    d = tmp_path / "fc1" / "tp2" / "point"
+    d.mkdir(parents=True)
+    rec = json.loads((src / "session.json").read_text())
+    (d / "session.json").write_text(json.dumps(rec))
+    for p in rec["runs"].values():
+        (d / p).parent.mkdir(parents=True, exist_ok=True)
+        (d / p).write_text((src / p).read_text())
+    if edit:
+        edit(d)
+    return d
+
+
+def _edit_member(d, change, member="none/run.json"):
+    raw = json.loads((d / member).read_text())
+    change(raw)
+    (d / member).write_text(json.dumps(raw))
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: (d / "session.json").write_text((d / "session.json").read_text()[:100]),
+     "session.json: not JSON (Expecting"),
+    (lambda d: (d / "none" / "run.json").write_text("not json {"), "none/run.json: not JSON (Expecting value"),
+    (lambda d: ((d / "none" / "run.json").unlink(), (d / "none" / "run.json").symlink_to(d.parent / "elsewhere.txt"),
+                (d.parent / "elsewhere.txt").write_bytes(b"\xff\xfe binary")),
+     "none/run.json (a link to "),
+    (lambda d: (d / "none" / "run.json").write_text("[" * 100000 + "]" * 100000),
+     "none/run.json: nested deeper than"),
+    (lambda d: (d / "none" / "run.json").write_text(
+        '{"case": "fc1-tp2-none", "status": "ok", "x": ' + "[" * 100 + "]" * 100 + "}"),
+     "none/run.json: nested deeper than"),
+    (lambda d: _edit_member(d, lambda r: r.update(tp=4)), "none/run.json: field 'tp': 4, but the session measures TP 2"),
+    (lambda d: _edit_member(d, lambda r: r.update(case="fc1-tp4-none", tp=4)),
+     "none/run.json: field 'case': 'fc1-tp4-none', but session.json lists this member as 'fc1-tp2-none'"),
+    (lambda d: _edit_member(d, lambda r: r.update(session="fc1/tp4/point")),
+     "none/run.json: field 'session': 'fc1/tp4/point', but the session is 'fc1/tp2/point'"),
+    (lambda d: (d / "session.json").write_text(json.dumps(
+        {**json.loads((d / "session.json").read_text()), "runs": {"fc1-tp2-none": "/etc/passwd"}})),
+     "session.json: field 'runs.fc1-tp2-none': '/etc/passwd': expected a member's run.json inside the session folder"),
+    (lambda d: (d / "session.json").write_text("[]"), "session.json: expected a session record (a mapping"),
+])
+def test_a_session_read_at_the_edge_is_refused_naming_its_file_and_field(tmp_path, edit, says):
+    """Was: JSONDecodeError, UnicodeDecodeError or RecursionError tracebacks; a member claiming TP 4 in a TP 2
+    session was merged into its tables."""
+    d = _session(tmp_path, edit)
+    with pytest.raises(RecordError) as e:
+        load_session(d)
+    assert says in str(e.value) and str(d) in str(e.value), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_the_unedited_session_copy_reads(tmp_path):
+    """The copy the cases above edit reads as it is (so each case fails on its edit alone)."""
+    assert "fc1-tp2-none" in load_session(_session(tmp_path)).points

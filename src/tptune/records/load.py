@@ -4,17 +4,52 @@ records.sessions."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
 
+from tptune.errors import RecordError
 from tptune.records.layer_result import LayerResult
 from tptune.records.measured_point import MeasuredPoint
 from tptune.records.run_dir import RunDir
 
+MAX_DEPTH = 64   # the deepest record tptune writes nests 9 levels (decisions.json)
+_TOO_DEEP = object()
+
+
+def _depth_exceeds(obj, limit: int) -> bool:
+    """Whether ``obj`` nests mappings and lists deeper than ``limit`` (walked without recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, (dict, list)):
+            if d > limit:
+                return True
+            stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
+    return False
+
 
 def read_json(path: str | Path):
-    return json.loads(Path(path).read_text())
+    """A JSON record a run wrote, or errors.RecordError naming the file (and the link it is, where it is one)
+    when it is not one: truncated, not JSON, not text, nested deeper than any record. A missing or unreadable
+    file raises the OSError."""
+    path = Path(path)
+    name = f"{path} (a link to {os.readlink(path)})" if path.is_symlink() else str(path)
+    data = path.read_bytes()
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{name}: not JSON (not UTF-8 text: byte {exc.start}); expected a record tptune "
+                          "writes") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{name}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): truncated, "
+                          "or not a record tptune writes") from None
+    except RecursionError:
+        obj = _TOO_DEEP
+    if obj is _TOO_DEEP or _depth_exceeds(obj, MAX_DEPTH):
+        raise RecordError(f"{name}: nested deeper than {MAX_DEPTH} levels, which no record tptune writes is")
+    return obj
 
 
 def tp_results(run: RunDir, op: str, tp: int) -> list[dict]:

@@ -33,8 +33,31 @@ _SERIES = ("samples", "rounds", "round_ids", "round_iters")
 _RECORDS = ("error", "host", "correctness", "environment", "launch", "clock", "burn_in")
 
 
+_COUNTS = ("n", "spread", "round_ids", "round_iters")   # the typed figures that are no times: at least 0
+
+
 def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _unmeasurable(k: str, v) -> str | None:
+    """Why the number ``v`` of timing figure ``k`` is none a clock gives (NaN, inf, a time at or below 0, a
+    count below 0), or None where it could be one: a record is checked where it is read, so that no
+    decision words a time that was never measured."""
+    if not math.isfinite(v):
+        return f"{v}: expected a finite number"
+    if k in _COUNTS:
+        return f"{v}: expected a number at least 0" if v < 0 else None
+    return f"{v}: expected a time in ms above 0" if v <= 0 else None
+
+
+def _check_numbers(where: str, k: str, v) -> None:
+    """errors.RecordError naming ``where``.``k`` where ``v`` (a number or a list of them, as recorded) holds
+    one no clock gives."""
+    for x in (v if isinstance(v, list) else [v]):
+        why = _number(x) and _unmeasurable(k, x)
+        if why:
+            raise RecordError(f"{where}.{k}: {why}")
 
 
 @dataclass(frozen=True)
@@ -75,6 +98,8 @@ class TimingSummary:
                 raise RecordError(f"{where}.{k}: expected a list of numbers, got {v!r:.60}")
             typed[k] = None if v is None else tuple(v)
         other = {k: v for k, v in d.items() if k not in _NUMBERS and k not in _SERIES}
+        for k, v in d.items():   # mean, min, max, q1, q3, iter_median too: decisions.json carries them
+            _check_numbers(where, k, v)
         return cls(**typed, other=other, layout=tuple(d))
 
     def to_dict(self) -> dict:
@@ -157,6 +182,12 @@ class MeasuredPoint:
         raw_timing = raw_timing or {}
         timing = {m: TimingSummary.from_dict(v, f"{source}: field 'timing.{m}'")
                   for m, v in raw_timing.items() if isinstance(v, dict)}
+        for m, v in raw_timing.items():
+            if m not in timing:   # per_rank_median_total_ms: per rank, a time
+                why = next((w for x in (v if isinstance(v, list) else [v]) if _number(x)
+                            for w in [_unmeasurable(m, x)] if w), None)
+                if why:
+                    raise RecordError(f"{source}: field 'timing.{m}': {why}")
         return cls(case=d["case"], status=d["status"], session=d.get("session"), timing=timing,
                    timing_other={m: v for m, v in raw_timing.items() if m not in timing},
                    **{k: d.get(k) for k in _RECORDS},

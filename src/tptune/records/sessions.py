@@ -2,10 +2,12 @@
 (sessions/<op>/tp<N>/<name>/, RunDir names the folders). Everything above takes these values."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from tptune.cases import CaseIdError, parse_case_id
+from tptune.errors import RecordError
+from tptune.records.load import read_json
 from tptune.records.measured_point import MeasuredPoint
 from tptune.records.preset_identity import file_identity
 from tptune.records.run_dir import SESSION_JSON, RunDir
@@ -37,18 +39,67 @@ def named(sessions: list[Session], name: str) -> Session | None:
 
 def read_point(run_json: str | Path) -> MeasuredPoint:
     """The point a member's run.json records (errors.RecordError naming the file when malformed)."""
-    return MeasuredPoint.from_dict(json.loads(Path(run_json).read_text()), str(run_json))
+    return MeasuredPoint.from_dict(read_json(run_json), str(run_json))
+
+
+def read_session_record(folder: str | Path) -> dict:
+    """A session's session.json, checked where the members are found (errors.RecordError naming the file and
+    the field): a mapping; ``runs`` each member's run.json inside the folder; ``tp`` a TP size."""
+    path = Path(folder) / SESSION_JSON
+    rec = read_json(path)
+    if not isinstance(rec, dict):
+        raise RecordError(f"{path}: expected a session record (a mapping with session, tp, runs), "
+                          f"got {type(rec).__name__}")
+    if rec.get("session") is not None and not isinstance(rec["session"], str):
+        raise RecordError(f"{path}: field 'session': expected a session name, got {rec['session']!r:.60}")
+    tp = rec.get("tp")
+    if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
+        raise RecordError(f"{path}: field 'tp': expected a TP size (a whole number, at least 1), got {tp!r:.60}")
+    runs = rec.get("runs")
+    if runs is not None and not isinstance(runs, dict):
+        raise RecordError(f"{path}: field 'runs': expected a mapping of case id to its run.json, got {runs!r:.60}")
+    for cid, p in (runs or {}).items():
+        rel = PurePosixPath(p) if isinstance(p, str) else None
+        if rel is None or not p or rel.is_absolute() or ".." in rel.parts:
+            raise RecordError(f"{path}: field 'runs.{cid}': {p!r:.60}: expected a member's run.json inside the "
+                              "session folder (a relative path)")
+    return rec
+
+
+def read_member(folder: Path, rec: dict, cid: str, rel: str) -> MeasuredPoint:
+    """Member ``cid`` of the session recorded as ``rec`` in ``folder``: its run.json, which must be that
+    member of that session (its case, TP and session those session.json names)."""
+    path = folder / rel
+    pt = read_point(path)
+    if pt.case != cid:
+        raise RecordError(f"{path}: field 'case': {pt.case!r}, but session.json lists this member as {cid!r}")
+    tp = rec.get("tp")
+    if tp is not None:
+        if pt.other.get("tp") is not None and pt.other["tp"] != tp:
+            raise RecordError(f"{path}: field 'tp': {pt.other['tp']!r}, but the session measures TP {tp} "
+                              f"({folder / SESSION_JSON})")
+        try:
+            case_tp = parse_case_id(cid).tp
+        except CaseIdError:
+            case_tp = tp
+        if case_tp != tp:
+            raise RecordError(f"{folder / SESSION_JSON}: field 'runs': member {cid!r} is at TP {case_tp}, but the "
+                              f"session measures TP {tp}")
+    if pt.session is not None and rec.get("session") is not None and pt.session != rec["session"]:
+        raise RecordError(f"{path}: field 'session': {pt.session!r}, but the session is {rec['session']!r} "
+                          f"({folder / SESSION_JSON})")
+    return pt
 
 
 def load_session(folder: str | Path, name: str = "", *, strict: bool = True) -> Session:
-    """The session recorded in ``folder``; ``strict``: a member's missing run.json raises, else it is
-    listed in ``unreadable``."""
+    """The session recorded in ``folder``; ``strict``: a member's missing or malformed run.json raises, else
+    it is listed in ``unreadable``. A malformed session.json raises (errors.RecordError, a ValueError)."""
     folder = Path(folder)
-    rec = json.loads((folder / SESSION_JSON).read_text())
+    rec = read_session_record(folder)
     points, unreadable = {}, []
     for cid, p in (rec.get("runs") or {}).items():
         try:
-            points[cid] = read_point(folder / p)
+            points[cid] = read_member(folder, rec, cid, p)
         except (OSError, ValueError):
             if strict:
                 raise
@@ -70,7 +121,7 @@ def load_sessions(run: RunDir) -> list[Session]:
 
 def session_records(run: RunDir) -> list[dict]:
     """Every session.json of the run, in path order (without the members' run.json)."""
-    return [json.loads(p.read_text()) for p in run.session_jsons()]
+    return [read_session_record(p.parent) for p in run.session_jsons()]
 
 
 def recorded_gpu_memory(run: RunDir) -> float | None:
@@ -106,7 +157,7 @@ def load_pooled_with(run: RunDir, tp: int, tuned: str) -> tuple[list[PooledWith]
         return None
     mine = run.preset_yaml(tuned.split("ub.", 1)[-1])
     others, skipped = [], []
-    for o in json.loads(run.pooled_with_json.read_text()):
+    for o in read_json(run.pooled_with_json):
         if o.get("tp", tp) != tp:
             continue
         same = _same_cfgs(mine, run.file(o["file"])) if o.get("file") else None
