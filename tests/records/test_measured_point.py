@@ -175,3 +175,11 @@ def test_a_session_read_at_the_edge_is_refused_naming_its_file_and_field(tmp_pat
 def test_the_unedited_session_copy_reads(tmp_path):
     """The copy the cases above edit reads as it is (so each case fails on its edit alone)."""
     assert "fc1-tp2-none" in load_session(_session(tmp_path)).points
+
+
+def test_a_sessions_trace_table_reads_its_members_through_the_same_checks(tmp_path):
+    """trace.session_tables.session_table (tptune analyze-session) read session.json and run.json unchecked."""
+    from tptune.trace.session_tables import session_table
+    d = _session(tmp_path, lambda d: _edit_member(d, lambda r: r.update(tp=4)))
+    with pytest.raises(RecordError, match="none/run.json: field 'tp': 4, but the session measures TP 2"):
+        session_table(d)

@@ -3,7 +3,6 @@
 figures, trace metrics and verdict. emit.tables writes them."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
@@ -11,8 +10,8 @@ import polars as pl
 from tptune.cases import parse_case_id
 from tptune.errors import TraceError
 from tptune.records.measured_point import MeasuredPoint, TimingSummary
-from tptune.records.run_dir import SESSION_JSON, RunDir
-from tptune.records.sessions import load_session, read_point
+from tptune.records.run_dir import RunDir
+from tptune.records.sessions import load_session, read_member, read_point, read_session_record
 from tptune.trace.classify import fp8_patterns
 from tptune.trace.metrics import summarize, trace_metrics
 from tptune.trace.verdict import overlap_verdict
@@ -58,11 +57,10 @@ def case_table(run_json: Path) -> pl.DataFrame:
 
 def session_table(session: Path) -> pl.DataFrame:
     """Every member's trace metrics of one session in one table (a ``case`` column tells them apart)."""
-    sess = json.loads((session / SESSION_JSON).read_text())
+    sess = read_session_record(session)
     frames = []
-    for rel in sess["runs"].values():
-        p = session / rel
-        frames.append(_case_frame(read_point(p), p.parent))
+    for cid, rel in (sess.get("runs") or {}).items():
+        frames.append(_case_frame(read_member(session, sess, cid, rel), (session / rel).parent))
     return pl.concat(frames, how="diagonal_relaxed")
 
 
