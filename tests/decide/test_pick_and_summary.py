@@ -156,16 +156,18 @@ def test_bound_fault_by_interval_not_by_floor():
     assert [f["above"] for f in bound_faults(pts, FLOOR)] == [TE]
 
 
-def test_bound_fault_by_estimate_when_its_rounds_are_too_few():
+def test_no_bound_fault_by_estimate_alone():
     """FP8 fc1 on x2: the bound was dropped after 2 rounds, 3.5% above no overlap by estimate with a
-    wide interval. A bound must be below what it bounds: an estimate beyond the margin is a fault."""
+    wide interval. A fault is slower beyond the noise (stats.bound.fault): an estimate above the margin
+    whose interval holds 1 is none (issue 54 item 8: 1.024 [0.763, 1.373] was listed as one); the same
+    bound over 6 rounds is one."""
     bound = rpt("fc1-tp2-nocomm", 10.35, 0.01)
     t = bound.timing["total_ms"]
-    bound = bound.with_(timing={"total_ms": t.with_(rounds=t.rounds[:2], round_ids=(0, 1))})
-    pts = {"fc1-tp2-nocomm": bound, "fc1-tp2-none": rpt("fc1-tp2-none", 10.0)}
-    faults = bound_faults(pts, FLOOR)
-    assert [f["above"] for f in faults] == ["fc1-tp2-none"]
-    assert faults[0]["rounds"] == 2 and faults[0]["lo"] < 1.0 < 1 + FLOOR < faults[0]["ratio"]
+    two = bound.with_(timing={"total_ms": t.with_(rounds=t.rounds[:2], round_ids=(0, 1))})
+    none = rpt("fc1-tp2-none", 10.0)
+    assert bound_faults({"fc1-tp2-nocomm": two, "fc1-tp2-none": none}, FLOOR) == []
+    faults = bound_faults({"fc1-tp2-nocomm": bound, "fc1-tp2-none": none}, FLOOR)
+    assert [f["above"] for f in faults] == ["fc1-tp2-none"] and faults[0]["lo"] > 1.0
 
 
 def test_bound_faults_without_rounds_use_the_floor():

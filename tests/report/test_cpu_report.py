@@ -59,7 +59,8 @@ def test_the_written_chunk_map_is_the_block_level_winner(tmp_path):
     assert re.search(r"share it hides: `chunked\.n2` 1\.5\d\d× \(0% \[0, ", report)   # a reference, not the file
     assert "The written file (`chunked.n2`" not in report and "winner at TP 2 (2 layers): chunked.n2" not in report
     sets = json.loads((run / "decisions.json").read_text())["meta"]["files"]["sets"]
-    assert sets["2"]["status"] == "proven" and "block-level winner at TP 2 (2 layers): none" in sets["2"]["why"]
+    # none against chunked.n2 is undecided on the block (0.906 [0.813, 1.010]): not proven (issue 54 item 8)
+    assert sets["2"]["status"] == "undecided" and "block-level winner at TP 2 (2 layers): none" in sets["2"]["why"]
 
 
 def test_a_chunked_block_that_beats_no_overlap_is_the_map_written(tmp_path):

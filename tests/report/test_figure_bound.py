@@ -1,6 +1,5 @@
 """The burn_in and ops_hidden figure kinds (report.figure_bound) on committed point sessions: leaving the
-bound's first round out removes the FP8 x2 run's two bound faults and keeps the Llama-3-70B defaults run's real
-one; the ops' summed hidden share is what every run decided with, and differs with the first round kept."""
+bound's first round out lowers the FP8 x2 run's bound and keeps the Llama-3-70B defaults run's real fault; the ops' summed hidden share is what every run decided with, and differs with the first round kept."""
 import json
 
 import pytest
@@ -15,9 +14,12 @@ from conftest import ROOT
 RESULTS = ROOT / "results"
 
 
-def test_the_first_round_makes_two_faults_that_its_burn_in_removes():
+def test_the_first_round_reads_high_but_makes_no_fault_within_the_noise():
+    """With its first round fc2's bound reads 1.063 [0.772, 1.463] and 1.053 [0.892, 1.243] of two settings:
+    above them by the estimate, not beyond the noise, so no fault (issue 54 item 8: these were counted as two
+    faults that the burn-in removed)."""
     got = burn_in_figure(RESULTS, {"runs": ["fp8-current-llama3-70b-x2"]})
-    assert (got["faults_before"], got["faults_after"]) == (2, 0)
+    assert (got["faults_before"], got["faults_after"]) == (0, 0)
     assert got["share_after"] < got["share_before"]
     assert got["rounds_after"] < got["rounds_before"]       # one round fewer per setting
 

@@ -30,6 +30,7 @@ from tptune.records.layer_result import LayerResult
 from tptune.records.run_dir import RunDir
 from tptune.te import megatron_flags as mf
 from tptune.te import ubcfg
+from tptune.stats.wording import UNDECIDED, classify_ratio
 from tptune.te.check import check_pair
 
 TE_FILES = {"ub_cfgs_yaml": "tp_comm_overlap_cfg{}.yaml", "megatron_flags": "megatron_flags{}.txt",
@@ -83,14 +84,43 @@ def _winner_row(rec: LayerResult | None) -> dict | None:
     return rec.row(rec.winner) if rec is not None and rec.winner is not None else None
 
 
-def _graded(rec: LayerResult, row: dict) -> tuple[str, str]:
+def undecided_on_block(rec: LayerResult, margin: float) -> list[dict]:
+    """The block's comparisons of its winner whose interval the report words "undecided" (stats.wording:
+    it covers 1 and reaches past the margin), the bound and failed settings aside: {"variant", "ratio"}
+    each, ratio the winner / that setting as the layer record keeps it."""
+    if rec.winner is None:
+        return []
+    key = "tuned_vs" if rec.winner == rec.tuned else "file_vs"
+    out = []
+    for r in rec.settings:
+        vs = r.get(key) or {}
+        if r["case"] == rec.winner or r["variant"] == "nocomm" or not vs or vs.get("failed") or not r.get("median_ms"):
+            continue
+        if classify_ratio(vs.get("ratio"), margin) == UNDECIDED:
+            out.append({"variant": r["variant"], "ratio": vs.get("ratio")})
+    return out
+
+
+def _graded(rec: LayerResult, row: dict, margin: float) -> tuple[str, str]:
     """(status, why) of the set the block-level winner ``row`` of layer record ``rec`` proves: proven where
-    its numerics passed and the block compared it with something."""
+    its numerics passed and the block compared it with something and decided every comparison; undecided
+    where the round budget left one undecided (the report says so of the block too)."""
     status = "proven" if row.get("correct") is True and rec.compared else "unproven"
     why = f"block-level winner at TP {rec.tp} ({rec.num_layers} layers): {row['variant']}: {rec.reason}"
     if row.get("correct") is not True:
         why += "; its numerics were not checked"
+    undecided = undecided_on_block(rec, margin)
+    if status == "proven" and undecided:
+        status = "undecided"
+        why += "; undecided against " + ", ".join(
+            f"`{u['variant']}`" + (f" ({_iv(u['ratio'])})" if (u.get("ratio") or {}).get("lo") is not None else "")
+            for u in undecided) + \
+            " on the block: the round budget could not tell them apart beyond the noise"
     return status, why
+
+
+def _iv(r: dict) -> str:
+    return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], {r['rounds']} rounds"
 
 
 def _failed(t: int, rec: LayerResult) -> dict:
@@ -103,7 +133,7 @@ def _te_choice(s, run: RunDir, points_by_op: dict, rec: LayerResult | None, t: i
     per-op choices restricted to one combination Megatron's switches express, unproven."""
     if rec is not None:
         row = _winner_row(rec)
-        status, why = _graded(rec, row)
+        status, why = _graded(rec, row, floor)
         ub = ubcfg.load_preset(parse_case_id(row["case"]).variant.preset, [run.presets])
         return ub, mf.block_switches(ub), status, why, [why]
     ub, notes = ub_cfgs_at(s, points_by_op, t, floor)
@@ -173,7 +203,7 @@ def torch_sets(s, points_by_op: dict, layer: dict[int, LayerResult], tps: list[i
         if rec is None:
             status, why = "unproven", f"per-op choices at TP {t}, not proven on a block"
         else:
-            status, why = _graded(rec, row)
+            status, why = _graded(rec, row, floor)
             v = parse_case_id(row["case"]).variant
             if set(shape_map["customized_cc"].values()) != {v.chunks if v.kind == "chunked" else 1}:
                 status = "unproven"   # the map is not what the block measured

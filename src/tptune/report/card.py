@@ -58,7 +58,8 @@ def _preset(variant: str) -> bool:
             and not OWN_COMBINATIONS.fullmatch(variant))
 
 
-GRADED = {"proven": "proven on the block", "unproven": "unproven", "failed": "**failed**",
+GRADED = {"proven": "proven on the block", "undecided": "undecided on the block", "unproven": "unproven",
+          "failed": "**failed**",
           None: "not graded (decisions.json lists no files: the layout before tptune graded them)"}
 
 
@@ -202,7 +203,6 @@ def _block(meta: dict, margin: float, run: RunDir) -> dict | None:
             "holds": holds, "holds_words": holds_words,
             "numerics_failed": rec.numerics_failed, "references": refs, "best_preset": best, "own": own,
             "presets": presets, "rounds": rec.rounds, "host_failed": unproven, "host_batches": batches,
-            "numerics_failed_settings": [r["case"] for r in rec.settings if r.get("correct") is False],
             "file_rows": file_rows}
 
 
@@ -252,7 +252,9 @@ def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) ->
                    "host cannot run ahead of this block, and a training step is paced by its host the same way.")
         lines.append(f"Block host evidence: {block['host_failed']} of {block['host_batches']} block batches failed the "
                      f"host-ahead check; the block figures include host launch time.{why}")
-    wrong = (block or {}).get("numerics_failed_settings") or []
+    # every block measured, at the model TP or not: a setting that failed its numerics is a failure of the run
+    wrong = [r["case"] for _, rec in sorted(decided_layers(meta).items(), key=lambda kv: int(kv[0]))
+             for r in rec.settings if r.get("correct") is False]
     parts = ([f"{len(failures)} failed member(s), listed under Failures"] if failures else []) + \
         ([f"{len(wrong)} block setting(s) failed the numerics check ({', '.join(f'`{c}`' for c in wrong)}; see the "
           "block's numerics column)"] if wrong else [])
@@ -290,6 +292,9 @@ def answer_card(s, run: RunDir, decisions: dict, failures: list[dict]) -> dict:
     tps = {o["tp"] for o in ops.values()}
     return {"no_tp": no_tp, "files": files, "load": files["load"], "flags": flags, "model_tp": meta.get("model_tp"),
             "tp_reason": _model_tp_reason(meta),
+            # te's sets are files a framework loads; torch's chunk map is a record no framework loads
+            # (docs/loading.md) and `tptune check` refuses: never one to "load" or "take"
+            "loadable": s.backend == "te",
             "ops": ops, "ops_words": _ops_words(ops), "ops_tp": next(iter(tps)) if len(tps) == 1 else None,
             "ops_note": s.ops_note if s.ops_note and tuple(s.ops) != OPS else None,
             "block": block, "layer_tps": sorted(int(tp) for tp in decided_layers(meta)),

@@ -16,7 +16,9 @@ best overlapped (best) points:
              the trace analysis, when given and trust_verdict is set, does not say "not overlapped"
   It also passes when none is equivalent to nocomm within the margin (for points measured in rounds:
   their ratio interval lies inside the margin, not merely undecided): no communication is exposed,
-  so TP costs nothing to hide.
+  so TP costs nothing to hide. Where the bound does not read below none, no fraction is computed and it
+  passes iff best beats none; the words say "bound fault" only where stats.bound.fault finds one (the
+  report's one definition).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 from tptune.records.measured_point import MeasuredPoint
 from tptune.records.point_fields import INF, point_case, point_median
+from tptune.stats.bound import fault
 from tptune.stats.efficiency import op_efficiency
 from tptune.stats.noise import DEFAULT_FLOOR, DEFAULT_K, compare_points
 
@@ -70,14 +73,19 @@ def hides_communication(at: TpPoints, *, min_hidden_fraction: float = DEFAULT_MI
         return {**rec, "hidden_fraction": None, "passed": False,
                 "reason": "no overlapped setting was measured: nothing to judge"}
     bound_vs_none = compare_points(at.nocomm, at.none, floor=floor, k=k, tie="b")
-    if bound_vs_none.outcome > 0 or (bound_vs_none.outcome == 0 and bound_vs_none.resolved):
+    if bound_vs_none.outcome == 0 and bound_vs_none.resolved:
         return {**rec, "hidden_fraction": None, "passed": True,
                 "reason": "no exposed communication: none is within the margin of nocomm"}
-    if exposed <= 0:   # a bound at or above no overlap is a measurement fault (decide.bound_faults)
+    if exposed <= 0 or bound_vs_none.outcome > 0:
+        # no exposed communication to share out: a fault only where stats.bound.fault says so
         rec["hidden_fraction"] = None
         beats = vs_none.outcome < 0
+        f = fault(at.nocomm, at.none, floor)
+        why = ("bound fault: the no-collective bound reads slower than no overlap beyond the noise" if f else
+               "the no-collective bound does not read below no overlap, nor above it beyond the noise: no exposed "
+               "communication measured")
         return {**rec, "passed": beats, "reason": f"best overlapped setting {'beats' if beats else 'does not beat'} "
-                "no-overlap (bound fault: the no-collective bound is not below no overlap; no fraction computed)"}
+                f"no-overlap ({why}; no fraction computed)"}
     hidden = (none - best) / exposed if best != INF else 0.0
     eff = _efficiency(at)
     if eff is not None:   # paired rounds of one session: the report's definition (stats.efficiency)
