@@ -68,3 +68,42 @@ def test_a_dry_run_prints_the_prediction_and_writes_nothing(tmp_path, pool_dir):
     lines = [x for x in (p.stdout + p.stderr).splitlines() if "predicted wall time on this node" in x]
     assert len(lines) == 1 and "worker slots; rough: costed as on GPUs" in lines[0] and "at most" in lines[0]
     assert not (tmp_path / "outputs").exists()
+
+
+def _copied_run(tmp_path, model=None):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.json", "wall_s.txt"):
+        shutil.copy(RUN / name, run / name)
+    shutil.copytree(RUN / "sessions", run / "sessions")
+    if model:
+        rec = json.loads((RUN / "model.json").read_text())
+        rec["model"].update(model)
+        (run / "model.json").write_text(json.dumps(rec))
+    return run
+
+
+def test_predict_refuses_a_node_its_sessions_do_not_fit_in_one_line(tmp_path):
+    """Issue 54 item 7: --gpus 3 was a ValueError traceback from the simulation (a TP 2 session needs an
+    aligned block of 2), and --gpus 100000000 hung laying out a hundred million GPUs."""
+    run = _copied_run(tmp_path)
+    p = tptune("predict", str(run), "--gpus", "3", "--no-write")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert "no measured TP fits 3 GPUs" in p.stderr and "a multiple of" in p.stderr, p.stderr
+    p = tptune("predict", str(run), "--gpus", "6", "--tp-sizes", "2,4", "--no-write")
+    assert p.returncode == 2 and "--tp-sizes: TP 4 does not fit 6 GPUs" in p.stderr, p.stderr
+    p = tptune("predict", str(run), "--gpus", "100000000", "--no-write")
+    assert p.returncode == 2 and "--gpus 100000000: expected a number of GPUs from 1 to 1024" in p.stderr, p.stderr
+
+
+def test_predict_plans_no_tp_the_model_cannot_run(tmp_path):
+    """Issue 54 item 7: predict extrapolated to TP 8 for a model `tptune validate` refuses at TP 8 (here the
+    run's model.json with 4 KV groups): a TP the model cannot run is left out, and refused when asked for."""
+    run = _copied_run(tmp_path, model={"num_query_groups": 4})
+    p = tptune("predict", str(run), "--gpus", "8", "--no-write")
+    assert p.returncode == 0, p.stderr
+    assert "on 8 GPUs, TP 2, 4:" in p.stdout.splitlines()[0], p.stdout
+    assert "note: TP 8 left out: TP=8: num_query_groups=4 is not divisible by 8" in p.stdout, p.stdout
+    p = tptune("predict", str(run), "--gpus", "8", "--tp-sizes", "2,4,8", "--no-write")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "--tp-sizes: TP=8: num_query_groups=4 is not divisible by 8" in p.stderr, p.stderr

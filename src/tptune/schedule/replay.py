@@ -18,13 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tptune.records.progress import confirm_in_wall_s, measured_wall_s
-from tptune.errors import TptuneError
+from tptune.errors import ConfigError, RecordError, TptuneError
+from tptune.model.spec import ModelConfig, parse_model
+from tptune.records.load import read_json
 from tptune.records.run_dir import RunDir
 from tptune.schedule import measured as ms
 from tptune.schedule.simulate import Job, Node, Schedule, simulate
 from tptune.schedule.wall_fit import load_table
 
 IDLE_TIMEOUT_S = 30.0     # config/config.yaml's launcher.idle_timeout_s, for a config.json without it
+MAX_GPUS = 1024           # data/config.schema.yaml's bound on gpus_per_node
 
 
 @dataclass
@@ -71,23 +74,52 @@ def _doublings(lo: int, hi: int) -> int:
     return n
 
 
+def fits(tp: int, gpus: int) -> bool:
+    """Whether TP ``tp`` sessions fit a node of ``gpus`` GPUs: in aligned blocks of ``tp`` (schedule.simulate)."""
+    return tp <= gpus and gpus % tp == 0
+
+
 def default_tp_sizes(measured_tps: list[int], gpus: int) -> list[int]:
     """The run's TPs that fit the node; with two or more measured, the doublings above them that fit too."""
-    tps = [t for t in measured_tps if t <= gpus]
+    tps = [t for t in measured_tps if fits(t, gpus)]
     if len(measured_tps) >= 2:
         t = measured_tps[-1] * 2
-        while t <= gpus:
+        while fits(t, gpus):
             tps.append(t)
             t *= 2
     return tps
 
 
-def _check_tp_sizes(tp_sizes: list[int], measured_tps: list[int], gpus: int, run: RunDir) -> None:
+def recorded_model(run: RunDir) -> ModelConfig | None:
+    """The model and workload the run measured: its model.json (tptune model), else the settings its first
+    session recorded; None where neither is there."""
+    if run.model_json.is_file():
+        rec, source = read_json(run.model_json), str(run.model_json)
+    else:
+        rec, source = None, ""
+        for sj in run.session_jsons():
+            rec, source = (read_json(sj).get("settings") or {}).get("model"), str(sj)
+            break
+    if not isinstance(rec, dict) or not isinstance(rec.get("model"), dict):
+        return None
+    try:
+        return parse_model(rec["model"], source, workload=rec.get("workload"))
+    except ConfigError as exc:
+        raise RecordError(f"{source}: the run's model does not read as a model: {exc}") from None
+
+
+def _check_tp_sizes(tp_sizes: list[int], measured_tps: list[int], gpus: int, run: RunDir,
+                    model: ModelConfig | None) -> None:
     for t in tp_sizes:
         if t < 1 or t & (t - 1):
             raise TptuneError(f"--tp-sizes: {t} is not a power of two")
-        if t > gpus:
-            raise TptuneError(f"--tp-sizes: TP {t} does not fit {gpus} GPUs")
+        if not fits(t, gpus):
+            raise TptuneError(f"--tp-sizes: TP {t} does not fit {gpus} GPUs (a TP {t} session takes an aligned "
+                              f"block of {t} of the node's GPUs: give --gpus a multiple of {t})")
+        problems = model.tp_problems(t) if model is not None else []
+        if problems:
+            raise TptuneError(f"--tp-sizes: {'; '.join(problems)} (the run's model, {model.source}: tptune "
+                              "validate refuses this TP too)")
         if t in measured_tps:
             continue
         if t < measured_tps[-1]:
@@ -129,15 +161,29 @@ def predict(run: RunDir, gpus: int | None = None, tp_sizes: list[int] | None = N
     default_tp_sizes). TptuneError for what cannot be predicted, naming why."""
     cfg = ms.run_config(run)
     table = table if table is not None else load_table()
-    sessions = ms.read_sessions(run)
     node_gpus = int(cfg.get("gpus_per_node") or 8)
     gpus = int(gpus or node_gpus)
+    if not 1 <= gpus <= MAX_GPUS:
+        raise TptuneError(f"--gpus {gpus}: expected a number of GPUs from 1 to {MAX_GPUS} (one node; "
+                          "gpus_per_node's bound)")
+    sessions = ms.read_sessions(run)
     measured_tps = sorted({x.tp for x in sessions})
-    tps = sorted(set(tp_sizes)) if tp_sizes else default_tp_sizes(measured_tps, gpus)
-    if not tps:
-        raise TptuneError(f"{run}: no measured TP fits {gpus} GPUs (measured: TP {measured_tps})")
-    _check_tp_sizes(tps, measured_tps, gpus, run)
+    model = recorded_model(run)
     notes = []
+    if tp_sizes:
+        tps = sorted(set(tp_sizes))
+    else:
+        tps = default_tp_sizes(measured_tps, gpus)
+        for t in [t for t in tps if t not in measured_tps and model is not None and model.tp_problems(t)]:
+            notes.append(f"TP {t} left out: {'; '.join(model.tp_problems(t))} (the run's model; tptune validate "
+                         "refuses it)")
+            tps = [u for u in tps if u < t]   # the doublings stop at the first TP the model cannot run
+            break
+    if not tps:
+        raise TptuneError(f"{run}: no measured TP fits {gpus} GPUs (measured: TP {', '.join(map(str, measured_tps))}; "
+                          f"a TP t session takes an aligned block of t GPUs, so the node's count must be a multiple "
+                          "of t)")
+    _check_tp_sizes(tps, measured_tps, gpus, run, model)
 
     starts = {t: ms.median_or([x.start_s for x in sessions if x.tp == t and x.group_starts and x.start_s],
                               None) for t in measured_tps}
