@@ -31,6 +31,13 @@ def test_fill_caps_sequences_per_bin():
     assert rules.fill([1] * 120, 1000).count == 3          # 50 + 50 + 20
 
 
+def test_fill_by_slimes_first_fit():
+    # slime set up for T (--max-tokens-per-gpu T, --data-pad-size-multiplier T / TP): its first-fit, padded to T
+    step = rules.fill([5, 3, 8, 2, 7], 10, packer="slime")
+    assert lengths_of(step) == [(5, 3, 2), (8,), (7,)] and step.padded == 30
+    assert rules.fill_packer("slime") == "slime" and rules.fill_packer("verl") == "megatron_rl"
+
+
 def test_fill_refuses_a_sequence_longer_than_the_capacity():
     with pytest.raises(ValueError, match="does not fit"):
         rules.fill([100, 20], 64)

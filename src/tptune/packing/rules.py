@@ -105,14 +105,22 @@ def round_up(x: int, m: int) -> int:
 
 # --- the rules, one step each ------------------------------------------------------------------------------
 
-def fill(step_lengths: Sequence[int], capacity: int, max_sequences_per_bin: int = MEGATRON_RL_MAX_SEQS) -> Step:
-    """Megatron-RL's fill-to-capacity bins (next-fit decreasing, module doc), each padded to ``capacity``.
-    ValueError for a sequence longer than the capacity (Megatron-RL would write past its bin)."""
+def fill(step_lengths: Sequence[int], capacity: int, max_sequences_per_bin: int = MEGATRON_RL_MAX_SEQS,
+         packer: str = "megatron_rl") -> Step:
+    """Fill-to-capacity bins, each padded to ``capacity``: ``packer`` "megatron_rl", Megatron-RL's next-fit
+    decreasing (module doc); "slime", slime's own first-fit with ``--max-tokens-per-gpu T`` (what slime packs
+    when set up for T: emit.slime). ValueError for a sequence longer than the capacity (Megatron-RL would
+    write past its bin, slime would pad it to 2 T)."""
     lengths = _ints(step_lengths)
     if capacity < 1 or max_sequences_per_bin < 1:
         raise ValueError(f"capacity {capacity} and max_sequences_per_bin {max_sequences_per_bin} must be >= 1")
     if lengths and max(lengths) > capacity:
         raise ValueError(f"a sequence of {max(lengths)} tokens does not fit a bin of capacity {capacity}")
+    if packer == "slime":
+        bins = slime(lengths, capacity, 1, 1).micro_batches
+        return Step("fill", tuple(MicroBatch(mb.lengths, capacity) for mb in bins), capacity)
+    if packer != "megatron_rl":
+        raise ValueError(f"unknown fill packer {packer!r} (expected megatron_rl or slime)")
     order = sorted(lengths, reverse=True)     # the lengths in Megatron-RL's order (a stable sort of indices)
     bins: list[MicroBatch] = []
     cur: list[int] = []
@@ -263,13 +271,14 @@ def draw_steps(lengths: np.ndarray, seqs_per_step: int, rng: np.random.Generator
 
 
 def pack(rule: str, step_lengths: Sequence[int], *, capacity: int | None = None, max_token_len: int | None = None,
-         tp: int = 1, fp8: bool = False, max_sequences_per_bin: int = MEGATRON_RL_MAX_SEQS) -> Step:
-    """One step under ``rule``: fill needs ``capacity`` (T), verl and slime ``max_token_len`` (veRL's
-    ppo_max_token_len_per_gpu, slime's --max-tokens-per-gpu)."""
+         tp: int = 1, fp8: bool = False, max_sequences_per_bin: int = MEGATRON_RL_MAX_SEQS,
+         packer: str = "megatron_rl") -> Step:
+    """One step under ``rule``: fill needs ``capacity`` (T; ``packer``: fill's), verl and slime
+    ``max_token_len`` (veRL's ppo_max_token_len_per_gpu, slime's --max-tokens-per-gpu)."""
     if rule == "fill":
         if capacity is None:
             raise ValueError("rule fill needs a capacity")
-        return fill(step_lengths, capacity, max_sequences_per_bin)
+        return fill(step_lengths, capacity, max_sequences_per_bin, packer)
     if rule not in RULES:
         raise ValueError(f"unknown packing rule {rule!r} (expected one of {', '.join(RULES)})")
     if max_token_len is None:
@@ -281,11 +290,17 @@ def pack(rule: str, step_lengths: Sequence[int], *, capacity: int | None = None,
 
 def pack_steps(lengths: np.ndarray, rule: str, *, seqs_per_step: int, rng: np.random.Generator | int = 0,
                steps: int | None = None, capacity: int | None = None, max_token_len: int | None = None,
-               tp: int = 1, fp8: bool = False) -> list[Step]:
+               tp: int = 1, fp8: bool = False, packer: str = "megatron_rl") -> list[Step]:
     """``draw_steps`` then ``pack`` each: the steps a GPU trains under ``rule``. The same ``rng`` seed draws
     the same steps for every rule, so rules and capacities compare on the same sequences."""
-    return [pack(rule, row.tolist(), capacity=capacity, max_token_len=max_token_len, tp=tp, fp8=fp8)
+    return [pack(rule, row.tolist(), capacity=capacity, max_token_len=max_token_len, tp=tp, fp8=fp8, packer=packer)
             for row in draw_steps(lengths, seqs_per_step, rng, steps)]
+
+
+def fill_packer(rule: str) -> str:
+    """The fill packer a framework's users get at T: slime's own first-fit for slime (emit.slime sets it up),
+    Megatron-RL's next-fit decreasing otherwise (veRL has none of its own: emit.verl)."""
+    return "slime" if rule == "slime" else "megatron_rl"
 
 
 def summarize(steps: Iterable[Step]) -> dict:
