@@ -37,3 +37,15 @@ def test_version_is_the_package_version():
     out = tptune("--version")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"tptune {version}"
+
+
+def test_verify_refuses_a_repeated_tp_and_its_help_says_one_per_run():
+    """Issue 54 item 7: `verify --tp 2 --tp 4` measured TP 4 alone, silently. A cfg file is written for one TP,
+    so verify takes one TP per run: a repeated single-valued option is refused before anything is read."""
+    out = tptune("verify", "--model", "config/models/tiny.yaml", "--tp", "2", "--tp", "4", "--cfg", "x.yaml")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "argument --tp: given twice (2, then 4)" in out.stderr, out.stderr
+    out = tptune("verify", "--model", "a.yaml", "--model", "b.yaml", "--tp", "2")
+    assert out.returncode == 2 and "argument --model: given twice ('a.yaml', then 'b.yaml')" in out.stderr
+    helped = " ".join(tptune("verify", "-h").stdout.split())
+    assert "once per TP" in helped, helped

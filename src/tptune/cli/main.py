@@ -33,6 +33,19 @@ from tptune.settings.resolve import is_run_record, load_run_config
 from tptune.trace.cli import analyze_cli
 
 
+class Once(argparse.Action):
+    """A single-valued option that may be given once: a repeat (``verify --tp 2 --tp 4``) is refused, naming
+    both values, where argparse would keep the last one silently."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_given_once", set())
+        if self.dest in seen:
+            raise argparse.ArgumentError(self, f"given twice ({getattr(namespace, self.dest)!r}, then {values!r}): "
+                                               "give it once")
+        seen.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 def _settings(path, check_hardware: bool = False, calibrated: bool = True, node_tps: list[int] | None = None,
               recorded: bool = True):
     """The run's settings from its config.json (or, with ``recorded=False``, from run config YAML(s)
@@ -561,22 +574,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="time and check --tp-comm-overlap-cfg files on this node's GPUs, on a "
                                       "whole transformer block, against no overlap, TE defaults and presets")
-    p.add_argument("--model", required=True, help="Megatron-style YAML or Hugging Face config.json")
-    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--model", required=True, action=Once, help="Megatron-style YAML or Hugging Face config.json")
+    p.add_argument("--tp", type=int, required=True, action=Once,
+                   help="the TP size, given once: a --cfg file is written for one TP, so run verify once per TP")
     p.add_argument("--cfg", action="append", help="a --tp-comm-overlap-cfg YAML (repeatable), built under the "
                                                   "switches that run it as written")
     p.add_argument("--pair", nargs=2, action="append", metavar=("CFG", "OVERRIDES"),
                    help="a --tp-comm-overlap-cfg YAML built under a TransformerConfig overrides YAML as they are, "
                         "consistent or not (repeatable): shows what that pair does to the numerics")
-    p.add_argument("--seq-length", type=int)
-    p.add_argument("--micro-batch-size", type=int)
-    p.add_argument("--dtype")
-    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seq-length", type=int, action=Once)
+    p.add_argument("--micro-batch-size", type=int, action=Once)
+    p.add_argument("--dtype", action=Once)
+    p.add_argument("--layers", type=int, default=2, action=Once)
     p.add_argument("--ops", action="store_true", help="also time each linear op alone")
     p.add_argument("--config", action="append", help="run config(s) merged over config/config.yaml (launcher, "
                                                      "timing, presets)")
-    p.add_argument("--json", help="write the result here")
-    p.add_argument("--work-dir", help="keep the sessions here (default: a temporary folder)")
+    p.add_argument("--json", action=Once, help="write the result here")
+    p.add_argument("--work-dir", action=Once, help="keep the sessions here (default: a temporary folder)")
     p.set_defaults(fn=cmd_verify)
 
     p = sub.add_parser("calibrate-window", help="measure this machine's round-to-round noise at several timed "
