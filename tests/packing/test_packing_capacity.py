@@ -31,7 +31,7 @@ def test_a_list_overrides_and_is_checked():
     with pytest.raises(ConfigError) as e:
         candidate_capacities(lengths, 8192, tp=4, fp8=True, override=[4096, 4128, 2048, 4096, "x"])
     msg = str(e.value)
-    assert "capacities.1' = 4128: expected a multiple of 64 (FP8: 16 x TP 4" in msg
+    assert "capacities.1' = 4128: expected a multiple of 64 (FP8 at TP 4: 16 x TP" in msg
     assert "capacities.2' = 2048: shorter than the longest sequence (4000 tokens)" in msg
     assert "[4096] listed twice" in msg and "capacities.4' = 'x'" in msg
     assert capacity_problems([8190], None, tp=4, fp8=False) == [

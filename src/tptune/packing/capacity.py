@@ -75,8 +75,9 @@ def capacity_problems(caps, longest: int | None, tp: int, fp8: bool, recipe: str
         if isinstance(c, bool) or not isinstance(c, int) or c < 1:
             out.append(f"field '{FIELD}.{i}' = {c!r}: expected a positive integer (tokens)")
         elif c % m:
-            why = (f"a multiple of {m} (FP8: 16 x TP {tp}, TE's FP8 GEMMs take the sequence-parallel shard's "
-                   "tokens in multiples of 16" + (", MXFP8 userbuffers 128" if recipe == "mxfp8" else "") + ")"
+            why = (f"a multiple of {m} (FP8 at TP {tp}: {m // tp} x TP, "
+                   + ("MXFP8 userbuffers take a shard's rows in multiples of 128)" if recipe == "mxfp8" else
+                      "TE's FP8 GEMMs take the sequence-parallel shard's tokens in multiples of 16)")
                    if fp8 else f"a multiple of TP {tp} (userbuffers split T into TP chunks)")
             out.append(f"field '{FIELD}.{i}' = {c}: expected {why}; nearest: {max(m, round(c / m) * m)}")
         elif longest is not None and c < longest:

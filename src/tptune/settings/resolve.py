@@ -175,7 +175,8 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
     if not model_path.is_absolute():
         model_path = Path(base_dir) / model_path
     try:
-        mc = load_model(model_path, config.get("workload") or {})
+        # workload.packing is the packing model's (packing_problems below), not the model file's
+        mc = load_model(model_path, {k: v for k, v in (config.get("workload") or {}).items() if k != "packing"})
     except ConfigError as exc:
         for p in exc.problems:
             if p.startswith("missing field 'seq_length'"):     # the run's workload, not the model, lacks it
@@ -201,6 +202,11 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
         if mc is not None:
             problems.extend(f"field 'tp_sizes': {p}" for p in mc.tp_problems(tp))
     problems.extend(memory_problems(config, mc))
+    if (config.get("workload") or {}).get("packing"):
+        from tptune.packing.spec import config_problems as packing_problems   # numpy: only for a packing run
+        w = mc.workload if mc is not None else None
+        problems.extend(packing_problems(config["workload"]["packing"], base_dir, sorted(config["tp_sizes"]),
+                                         fp8=bool(w and w.is_fp8), recipe=w.recipe if w else None))
     problems.extend(trap_problems(config, mc))   # ops with nothing under TP overlap in this model
     backend = backend_for(config, host)
     # a copy, as for ops: config.json records "auto", and every step resolves it on its node again
