@@ -137,8 +137,9 @@ class GpuPool:
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         self.ids = [i for i in ids if allowed is None or i in allowed]
         self.last_wait_s = 0.0
+        self.last_wait_by: str | None = None   # who held the pool through the last wait: own | other | own+other
 
-    def _try_lock(self, gid: str):
+    def _try_lock(self, gid: str, owner: str = ""):
         fh = open(self.lock_dir / f"gpu{gid}.lock", "a+")
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -147,14 +148,15 @@ class GpuPool:
             return None
         fh.seek(0)
         fh.truncate()
-        fh.write(f"{os.getpid()}\n")
+        fh.write(f"{os.getpid()}\n{owner}\n")   # the holder, and the run it measures for (holders)
         fh.flush()
         return fh
 
-    def try_acquire(self, n: int, prefer: list[list[str]] = ()) -> tuple[list[str], list] | None:
+    def try_acquire(self, n: int, prefer: list[list[str]] = (), owner: str = "") -> tuple[list[str], list] | None:
         """Lock ``n`` GPUs now or return None. Sets in ``prefer`` (warm worker groups) are tried first,
         then aligned blocks (0-1, 2-3 ... for n=2), so TP groups stay on neighbouring GPUs. A
-        preferred set with an id outside the pool is skipped."""
+        preferred set with an id outside the pool is skipped. ``owner``: the run the holder measures
+        for, written beside its pid."""
         if n > len(self.ids):
             raise ValueError(f"a case needs {n} GPUs but the pool has {len(self.ids)} ({self.ids})")
         pool_ids = set(self.ids)
@@ -164,7 +166,7 @@ class GpuPool:
             held, got = [], []
             pool = cand if cand is not None else self.ids
             for gid in pool:
-                fh = self._try_lock(gid)
+                fh = self._try_lock(gid, owner)
                 if fh:
                     held.append(fh)
                     got.append(gid)
@@ -174,42 +176,61 @@ class GpuPool:
                 fh.close()
         return None
 
-    def holders(self) -> list[int]:
-        """The pids the pool's lock files name (each holder writes its own; a freed file keeps its last
-        holder's, so these are who holds or last held an id)."""
-        pids = set()
+    def holders(self) -> list[tuple[int, str]]:
+        """(pid, the run it measures for: "" where not named) of each holder the pool's lock files name (each
+        holder writes its own; a freed file keeps its last holder's, so these are who holds or last held an
+        id)."""
+        out = set()
         for gid in self.ids:
             try:
-                text = (self.lock_dir / f"gpu{gid}.lock").read_text().strip()
+                lines = (self.lock_dir / f"gpu{gid}.lock").read_text().splitlines()
             except OSError:
                 continue
-            if text.isdigit() and int(text) != os.getpid():
-                pids.add(int(text))
-        return sorted(pids)
+            pid = lines[0].strip() if lines else ""
+            if pid.isdigit() and int(pid) != os.getpid():
+                out.add((int(pid), lines[1].strip() if len(lines) > 1 else ""))
+        return sorted(out)
+
+    def _held_by(self, holders: list[tuple[int, str]], owner: str, what: str) -> str:
+        """Who holds the pool, in words: the run's own jobs (``owner``'s), others, or both."""
+        own = [p for p, o in holders if owner and o == owner]
+        other = [p for p, o in holders if not (owner and o == owner)]
+        parts = []
+        if own:
+            parts.append(f"held by pid {', '.join(map(str, own))}: this run's own measuring job(s), more at once "
+                         f"than the pool's {len(self.ids)} {what} hold")
+        if other or not own:
+            parts.append(f"held by pid {', '.join(map(str, other)) or 'unknown'}: another run, a test run or a "
+                         "leftover job")
+        return "; ".join(parts)
 
     @contextmanager
     def acquire(self, n: int, prefer: list[list[str]] = (), timeout: float = 24 * 3600, poll: float = 0.2,
-                what: str = "GPUs", waiting_for: str = ""):
-        """Lock ``n`` ids for the body, waiting while others hold them. A wait says one line on the
-        console when it starts (``what``: the ids' name, ``waiting_for``: who waits) and leaves its
-        length in ``last_wait_s`` (0.0 without one), which the session's record keeps."""
+                what: str = "GPUs", waiting_for: str = "", owner: str = ""):
+        """Lock ``n`` ids for the body, waiting while others hold them. ``owner``: the run this job measures
+        for (its folder), written beside its pid, so a wait tells the run's own jobs from others'. A wait
+        says one line on the console when it starts (``what``: the ids' name, ``waiting_for``: who waits,
+        and who holds them) and leaves its length in ``last_wait_s`` (0.0 without one) and who held the
+        pool in ``last_wait_by``, which the session's record keeps."""
         t0 = time.monotonic()
         deadline = t0 + timeout
         told = False
+        by: set[str] = set()
         while True:
-            got = self.try_acquire(n, prefer)
+            got = self.try_acquire(n, prefer, owner)
             if got:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no {n} free GPUs in {self.lock_dir} after {timeout:.0f}s")
+            holders = self.holders()
+            by |= {"own" if owner and o == owner else "other" for _, o in holders}
             if not told:
-                held = ", ".join(str(p) for p in self.holders()) or "unknown"
                 say(f"tptune: {waiting_for + ' ' if waiting_for else ''}waits for {n} {what} of the shared pool "
-                    f"{self.lock_dir} (held by pid {held}: another run, a test run or a leftover job); it "
-                    "starts when they are free")
+                    f"{self.lock_dir} ({self._held_by(holders, owner, what)}); it starts when they are free")
                 told = True
             time.sleep(poll)
         self.last_wait_s = time.monotonic() - t0 if told else 0.0
+        self.last_wait_by = ("own+other" if by == {"own", "other"} else next(iter(by), "other")) if told else None
         ids, handles = got
         try:
             yield ids

@@ -463,11 +463,12 @@ class Launcher:
         what = "GPUs" if self.device == "cuda" else "CPU worker slots"
         with _session_lock(session_dir) as waited_s, \
                 self.pool.acquire(need, prefer=self._warm_sets(tp, need), what=what,
-                                  waiting_for=f"session {_session_name(session_dir)}") as gpus:
+                                  waiting_for=f"session {_session_name(session_dir)}",
+                                  owner=_run_root(session_dir)) as gpus:
             yield gpus, {"device": self.device, "ids": list(gpus), "pool": str(self.pool.lock_dir),
                          "ranks": tp, "session_lock": str(session_dir / SESSION_LOCK),
                          "waited_for_session_s": waited_s, "waited_for_pool_s": self.pool.last_wait_s,
-                         "pid": os.getpid(), "from": time.time()}
+                         "pool_held_by": self.pool.last_wait_by, "pid": os.getpid(), "from": time.time()}
 
     def _side_batches(self, spec: SessionSpec, session_dir: Path, gpus: list[str],
                       attempts: dict[str, list]) -> tuple[dict | None, dict | None]:
@@ -608,6 +609,14 @@ def _reported_failure(case: Case, errors: list[dict], gpus: list[str], started: 
     return _failure(kind, transient, msg, gpus, started, tracebacks=[e["traceback"] for e in errors])
 
 SESSION_LOCK = ".measuring.lock"
+
+
+def _run_root(session_dir: Path) -> str:
+    """The run folder a session belongs to (``outputs/<run>`` of ``outputs/<run>/sessions/...``), absolute: what
+    its pool locks name as their owner, so a wait tells the run's own jobs from others'."""
+    parts = Path(os.path.abspath(session_dir)).parts
+    at = max((i for i, p in enumerate(parts) if p in ("sessions", "calibration")), default=len(parts) - 1)
+    return str(Path(*parts[:at]))
 
 
 def _session_name(session_dir: Path) -> str:

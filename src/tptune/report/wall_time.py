@@ -3,7 +3,8 @@ the files). Measured: wall_s.txt where whoever ran snakemake timed it (scripts/d
 the progress record's span, each invocation from its start to its last session's end (the jobs after the
 last session, the report among them, are outside it). Predicted: wall_predicted.json (before measuring,
 on this node) and, where present, wall_s.8gpu-predicted.txt. A missing file is named, never an error. Where
-a measuring job waited for the shared worker pool (another run's workers), the line says how long. Where the
+a measuring job waited for the shared worker pool, the line says how long, waits behind the run's own jobs
+apart from another run's (measure.gpupool records who held it). Where the
 run's workflow ran the confirm stage (config.json's confirm.enabled, confirm.json's wall_s), the line says how
 much of the measured time it took, and a prediction that did not count it (no confirm_s: written before the
 plan counted the stage) is compared with the measured time less the stage."""
@@ -31,11 +32,20 @@ def measured(run: RunDir) -> tuple[float | None, str]:
     return sum(spans), f"`progress.jsonl`, {how}; the jobs after that not counted"
 
 
-def pool_wait(sessions: list[dict]) -> tuple[float, int]:
+def pool_wait(sessions: list[dict], by: str | None = None) -> tuple[float, int]:
     """(seconds, sessions) the measuring jobs waited for the shared worker pool before a session began
-    (session.json "held": waited_for_pool_s, measure.gpupool; a session recorded before it: none)."""
-    waits = [float(w) for x in sessions if isinstance(w := (x.get("held") or {}).get("waited_for_pool_s"), (int, float))
-             and w > 0]
+    (session.json "held": waited_for_pool_s, measure.gpupool; a session recorded before it: none). ``by``:
+    only the waits whose holders were those ("own": the run's own measuring jobs alone, "others": any other;
+    a wait recorded before its holders were: others), None: every wait."""
+    waits = []
+    for x in sessions:
+        held = x.get("held") or {}
+        w = held.get("waited_for_pool_s")
+        if not isinstance(w, (int, float)) or w <= 0:
+            continue
+        own = held.get("pool_held_by") == "own"
+        if by is None or (by == "own") == own:
+            waits.append(float(w))
     return sum(waits), len(waits)
 
 
@@ -43,7 +53,12 @@ def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
     """The line (module doc); ``sessions``: the run's session.json records, for the waits on the pool."""
     wall, source = measured(run)
     parts = [f"measured {_s(wall)} ({source})" if wall is not None else f"measured: {source}"]
-    waited, n = pool_wait(list(sessions))
+    own, n_own = pool_wait(list(sessions), "own")
+    if own >= 1.0:
+        parts.append(f"of which the measuring jobs waited {_s(own)} for the run's own measuring jobs ({n_own} "
+                     "session(s): more of them at once than the worker pool's GPUs or cores hold), part of "
+                     "this run's own schedule")
+    waited, n = pool_wait(list(sessions), "others")
     if waited >= 1.0:
         parts.append(f"of which the measuring jobs waited {_s(waited)} for the shared worker pool ({n} "
                      "session(s); `launcher.pool_dir`: another run, a test run or a leftover job held its "
