@@ -1,6 +1,9 @@
 """Cases: one op at one TP size with one overlap setting. Their ids are readable and round-trip.
 
-Case id  = "<op>-tp<N>-<variant>", also the folder cases/<op>/tp<N>/<variant>/ .
+Case id  = "<op>-tp<N>-<variant>", also the folder cases/<op>/tp<N>/<variant>/ ;
+           "layer-tp<N>-pack<T>.b<k>-<variant>": a whole block on packed THD input (Pack): bin <k>'s
+           sequences (their lengths in the session's settings, layer.bins["<k>"]) packed into T tokens,
+           padded to exactly T with one padding segment; its folder name is "pack<T>.b<k>-<variant>".
 Variant  = none                       collectives on, no overlap (the reference)
          | nocomm                     same sharded GEMMs/norms, collectives removed (the bound)
          | chunked.n<N>               torch backend: GEMM split into N chunks, async collectives
@@ -15,6 +18,7 @@ tokens carry the magnitude: cprio5 is comm_priority=-5.
 from __future__ import annotations
 
 import hashlib
+import numbers
 import re
 from dataclasses import dataclass, field
 
@@ -35,17 +39,71 @@ REFERENCE_KINDS = ("none", "nocomm")   # no overlap and the no-communication bou
 MAX_DIR_NAME = 200   # bytes of a folder named after a variant id; file systems allow 255 (NAME_MAX)
 
 _PRESET_RE = re.compile(r"^[a-z0-9_]+$")
+_PACK_RE = re.compile(r"pack(\d+)\.b(\d+)")
 _KNOB_RE = re.compile(r"^([a-z]+)(\d+)$")
 # Snakemake wildcard constraints matching what format_variant() writes.
 WILDCARD_CONSTRAINTS = {
     "op": "|".join(OPS),
     "tp": r"\d+",
     "variant": r"(none|nocomm|chunked\.n\d+|ub\.[a-z0-9_]+(\+[a-z]+(\.[a-z]+\d*)+)*)",
+    "pack": _PACK_RE.pattern,
 }
 
 
 class CaseIdError(TptuneError, ValueError):
     """A case id that is not <op>-tp<N>-<variant> (a user's --case, a faults key): reported in one line."""
+
+
+class PackError(TptuneError, ValueError):
+    """A packed case's bin that cannot be its input (no lengths, a length not a positive integer, more
+    tokens than the case's T)."""
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A layer case's packed THD input: the sequences of bin ``bin`` packed one after another into
+    ``tokens`` tokens (T: userbuffers and the block are sized for T x 1), the rest one padding segment,
+    attention causal within each sequence. A fill-to-capacity bin is T = the capacity; native batching's
+    micro-batch of n real tokens is T = n (rounded up to a multiple of TP: sequence parallelism splits
+    the T tokens over the ranks), its bin holding that micro-batch's lengths. The lengths are not part of
+    the id: the session's settings carry them (layer.bins["<bin>"]), and every member's run.json records
+    its own (settings.layer.bins, and ``pack``: real tokens, padding, segments)."""
+    tokens: int
+    bin: int
+
+    @property
+    def token(self) -> str:
+        return f"pack{self.tokens}.b{self.bin}"
+
+    @property
+    def key(self) -> str:
+        """The bin's key in layer.bins (JSON keys are strings)."""
+        return str(self.bin)
+
+    def segments(self, lengths) -> tuple[int, ...]:
+        """The attention segments of the T tokens: the bin's sequence lengths in order, then the padding
+        (T - their sum) as one more segment where there is any. PackError for a bin that cannot fill it."""
+        if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+            raise PackError(f"{self.token}: bin {self.bin} must be a list of sequence lengths, got {lengths!r:.60}")
+        seqs = list(lengths)
+        if not seqs:
+            raise PackError(f"{self.token}: bin {self.bin} holds no sequence")
+        bad = [x for x in seqs if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1]
+        if bad:
+            raise PackError(f"{self.token}: bin {self.bin}'s sequence lengths must be positive integers, "
+                            f"got {bad[0]!r}")
+        seqs = [int(x) for x in seqs]
+        real = sum(seqs)
+        if real > self.tokens:
+            raise PackError(f"{self.token}: bin {self.bin} holds {real} tokens, more than T = {self.tokens}")
+        return tuple(seqs) + ((self.tokens - real,) if real < self.tokens else ())
+
+
+def parse_pack(s: str) -> Pack:
+    m = _PACK_RE.fullmatch(s)
+    if not m:
+        raise CaseIdError(f"bad pack part {s!r}: expected pack<T>.b<k> (T tokens, bin k)")
+    return Pack(int(m.group(1)), int(m.group(2)))
 
 
 @dataclass(frozen=True)
@@ -80,10 +138,15 @@ class Case:
     op: str
     tp: int
     variant: Variant
+    pack: Pack | None = None        # a layer case on packed THD input (None: one causal sequence a sample)
 
     @property
     def id(self) -> str:
-        return f"{self.op}-tp{self.tp}-{format_variant(self.variant)}"
+        return f"{self.op}-tp{self.tp}-{self._pack_prefix}{format_variant(self.variant)}"
+
+    @property
+    def _pack_prefix(self) -> str:
+        return f"{self.pack.token}-" if self.pack is not None else ""
 
     @property
     def variant_id(self) -> str:
@@ -95,9 +158,10 @@ class Case:
         name (a knob search's fully spelled-out setting can be), a short stable hash of it. Sessions
         record each member's folder in session.json (``runs``), so readers never rebuild the name."""
         v = self.variant_id
-        if len(v.encode()) <= MAX_DIR_NAME:
-            return v
-        return f"{v.split('+', 1)[0]}+h{hashlib.sha1(v.encode()).hexdigest()[:16]}"
+        p = self._pack_prefix
+        if len((p + v).encode()) <= MAX_DIR_NAME:
+            return p + v
+        return f"{p}{v.split('+', 1)[0]}+h{hashlib.sha1(v.encode()).hexdigest()[:16]}"
 
     @property
     def dir(self) -> str:
@@ -105,7 +169,7 @@ class Case:
         return f"cases/{self.op}/tp{self.tp}/{self.dir_name}"
 
     def with_variant(self, v: Variant) -> "Case":
-        return Case(self.op, self.tp, v)
+        return Case(self.op, self.tp, v, self.pack)
 
 
 def make_override(gemm: str, method: str, **knobs: int) -> GemmOverride:
@@ -181,19 +245,32 @@ def parse_case_id(case_id: str) -> Case:
     m = re.fullmatch(r"([a-z0-9]+)-tp(\d+)-(.+)", case_id)
     if not m:
         raise CaseIdError(f"bad case id {case_id!r}: expected <op>-tp<N>-<variant>")
-    return make_case(m.group(1), int(m.group(2)), m.group(3))
+    rest, pack = m.group(3), None
+    if rest.startswith("pack"):   # no variant starts so; variants hold no "-"
+        pack, _, rest = rest.partition("-")
+        if not rest:
+            raise CaseIdError(f"bad case id {case_id!r}: expected <op>-tp<N>-pack<T>.b<k>-<variant>")
+    return make_case(m.group(1), int(m.group(2)), rest, pack)
 
 
-def make_case(op: str, tp: int | str, variant: str | Variant) -> Case:
+def make_case(op: str, tp: int | str, variant: str | Variant, pack: str | Pack | None = None) -> Case:
     if op not in OPS and op != LAYER:
         raise CaseIdError(f"unknown op {op!r}: expected one of {', '.join(OPS)} (or {LAYER}, a whole block)")
     tp = int(tp)
     if tp < 1:
         raise CaseIdError(f"TP size must be >= 1, got {tp}")
+    if isinstance(pack, str):
+        pack = parse_pack(pack)
+    if pack is not None:
+        if op != LAYER:
+            raise CaseIdError(f"{op}: only {LAYER} cases take packed input (pack<T>.b<k>)")
+        if pack.tokens < 1 or pack.tokens % tp:
+            raise CaseIdError(f"{pack.token}: T = {pack.tokens} tokens must be a positive multiple of TP = {tp} "
+                              "(sequence parallelism splits them over the ranks)")
     v = parse_variant(variant) if isinstance(variant, str) else variant
     if op == LAYER and v.overrides:
         raise CaseIdError(f"{LAYER} cases take a whole ub_cfgs preset (ub.<name>), not per-GEMM overrides")
     for o in v.overrides:
         if o.gemm not in OP_GEMMS[op]:
             raise CaseIdError(f"op {op} has no overlappable {o.gemm} GEMM (has {', '.join(OP_GEMMS[op])})")
-    return Case(op, tp, v)
+    return Case(op, tp, v, pack)

@@ -63,3 +63,34 @@ def test_override_knob_ranges():
     v = Variant("ub", preset="te", overrides=(make_override("dgrad", "bulk", num_sm=8),))
     assert format_variant(v) == "ub.te+dgrad.bulk.sm8"
     assert make_case("fc1", 2, v).id == "fc1-tp2-ub.te+dgrad.bulk.sm8"
+
+
+@pytest.mark.parametrize("cid", ["layer-tp2-pack8192.b0-none", "layer-tp4-pack16384.b12-nocomm",
+                                 "layer-tp2-pack4096.b3-ub.nemo_tp4", "layer-tp2-pack64.b0-chunked.n2"])
+def test_packed_layer_ids_round_trip(cid):
+    """A layer case on packed THD input: pack<T>.b<k> between the TP and the variant (issue 53)."""
+    c = parse_case_id(cid)
+    assert c.id == cid and parse_case_id(c.id) == c
+    assert re.fullmatch(WILDCARD_CONSTRAINTS["pack"], c.pack.token)
+    assert c.dir_name == f"{c.pack.token}-{c.variant_id}" and c.dir == f"cases/layer/tp{c.tp}/{c.dir_name}"
+    assert c.with_variant(parse_case_id("layer-tp2-none").variant).id == f"layer-tp{c.tp}-{c.pack.token}-none"
+    assert c != parse_case_id(f"layer-tp{c.tp}-{c.variant_id}")   # never the unpacked block's point
+    assert make_case("layer", c.tp, c.variant_id, c.pack.token) == c
+
+
+def test_pack_segments_pad_to_t():
+    pack = parse_case_id("layer-tp2-pack64.b0-none").pack
+    assert pack.segments([20, 30]) == (20, 30, 14)          # the padding is a segment of its own
+    assert pack.segments((40, 24)) == (40, 24)              # a full bin: no padding
+
+
+@pytest.mark.parametrize("bad,match", [
+    ("qkv-tp2-pack64.b0-none", "only layer cases"),
+    ("layer-tp2-pack63.b0-none", "multiple of TP = 2"),
+    ("layer-tp2-pack64-none", "bad pack part"),
+    ("layer-tp2-pack64.b0", "pack<T>.b<k>-<variant>"),
+    ("layer-tp2-pack64.b0-chunky", "unknown variant"),
+])
+def test_bad_packed_ids(bad, match):
+    with pytest.raises(CaseIdError, match=match):
+        parse_case_id(bad)

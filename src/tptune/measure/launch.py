@@ -358,7 +358,7 @@ class Launcher:
     def _settings_for(self, case: Case, op_settings: dict, faults: dict, profile: bool, check: bool) -> dict:
         return {"backend": self.backend, "timing": op_settings["timing"],
                 "check": check and op_settings.get("check", False), "profile": profile,
-                "fault": faults.get(case.id), "layer": op_settings.get("layer", {}),
+                "fault": faults.get(case.id), "layer": _member_layer(case, op_settings.get("layer", {})),
                 # TE calls atomic GEMMs a beta API: FP8 cases may use them only when the run opts in
                 "te": {**op_settings.get("te", {}),
                        "allow_atomic_gemm": bool((op_settings.get("search") or {}).get("atomic_gemm", False))}}
@@ -662,6 +662,17 @@ def host_attempts(rounds: list) -> int | None:
     return 1 if behind else None
 
 
+def _member_layer(case: Case, layer: dict) -> dict:
+    """The layer settings a member is measured with: of a packed session's bins (layer.bins) only its own,
+    so its run.json records the lengths it ran; none for a member on unpacked input."""
+    if "bins" not in layer:
+        return layer
+    rest = {k: v for k, v in layer.items() if k != "bins"}
+    if case.pack is None:
+        return rest
+    return {**rest, "bins": {case.pack.key: layer["bins"][case.pack.key]}}
+
+
 def _measured_point(case_id: str, session_id: str | None, rounds: list) -> MeasuredPoint:
     """The member's point over its rounds so far, as the stopping rule reads it."""
     return MeasuredPoint.from_dict(_round_point(case_id, session_id, rounds), f"{case_id} (measuring)")
@@ -670,13 +681,15 @@ def _measured_point(case_id: str, session_id: str | None, rounds: list) -> Measu
 def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
     """A point (search.points layout) from a member's rounds [(round id, ok attempt result)]."""
     per_round, all_it, host, ahead, batches = [], {"fwd_ms": [], "bwd_ms": [], "total_ms": []}, [], [], []
-    counts = []   # timed iterations per round: a GPU-bound op's window sets them from each round's probe
+    # timed iterations per round and metric: a GPU-bound op's window sets them from each round's probe
+    # (a packed block's forward-only batch, fwd_only_ms, has its own)
+    counts: dict[str, list[int]] = {}
     for rid, res in rounds:
         ranks = sorted(res["reply"]["ranks"], key=lambda x: x["rank"])
         slow = slowest_rank([x["samples"] for x in ranks])
-        counts.append(len(slow["total_ms"]))
-        for k in all_it:
-            all_it[k].extend(slow[k])
+        for k in slow:
+            all_it.setdefault(k, []).extend(slow[k])
+            counts.setdefault(k, []).append(len(slow[k]))
         per_round.append((rid, {k: statistics.median(v) for k, v in slow.items()}))
         bs = [x.get("batch") or {} for x in ranks]
         host.append(max(b.get("host_ms", 0.0) for b in bs))
@@ -688,13 +701,18 @@ def _round_point(case_id: str, session_id: str | None, rounds: list) -> dict:
                         "enqueue_ms": max(a.get("enqueue_ms", 0.0) for a in last),
                         "preroll": last[0].get("preroll"), "iters": last[0].get("iters"), "check": last[0].get("check"),
                         "clock": merge_ranks([a.get("clock") for a in last]), "evidence": host_evidence(bs)})
+        fwd_only = [b["forward_only"] for b in bs if b.get("forward_only")]
+        if fwd_only:   # a packed block's forward-only batch: whether its host stayed ahead too
+            batches[-1]["forward_only"] = {"host_ahead": all(b.get("host_ahead", True) for b in fwd_only),
+                                           "attempts": max(len(b.get("attempts") or []) for b in fwd_only),
+                                           "host_ms": max(b.get("host_ms", 0.0) for b in fwd_only)}
     timing = {}
     for k, v in all_it.items():
         st = stats(v)
         vals = [pr[k] for _, pr in per_round]
         st.update({"iter_median": st["median"], "median": statistics.median(vals),
                    "rounds": [round(x, 6) for x in vals], "round_ids": [rid for rid, _ in per_round],
-                   "round_iters": counts})
+                   "round_iters": counts.get(k, [])})
         timing[k] = st
     gpu = timing["total_ms"]["median"]
     host_ms = statistics.median(host)
@@ -768,6 +786,8 @@ def assemble_member_run(case: Case, mc: ModelConfig, run_settings: dict, setting
         run["timing"]["per_rank_median_total_ms"] = [stats(r["samples"]["total_ms"])["median"] for r in ranks]
         run["traces"] = [r["trace"] for r in ranks if r["trace"]]
         run["correctness"] = ranks[0].get("correctness")
+        if ranks[0].get("pack") is not None:
+            run["pack"] = ranks[0]["pack"]   # a packed block's input: T, real tokens, padding, lengths
         run["environment"] = first["reply"]["environment"]
         launches = [res for _, res in rounds]
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tptune.cases import REFERENCE_KINDS, Case
 from tptune.model.spec import ModelConfig
+from tptune.packing.rules import sample_bin
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,11 @@ class SessionSpec:
     always: members measured in every round (with the references, no overlap and the bound), e.g. the
     layer stage's tuned block, which every other block is compared to.
     record: the measurement settings the session is measured with (search.measurement), kept in
-    session.json as ``settings``."""
+    session.json as ``settings``.
+
+    Packed layer members ("layer-tp<N>-pack<T>.b<k>-<variant>", cases.Pack) take their bin's sequence
+    lengths from op_settings["layer"]["bins"]["<k>"] (each member is sent its own bin only); a member
+    whose bin is missing or does not fit its T is refused here, before any worker starts."""
 
     session_id: str
     members: tuple[Case, ...]
@@ -46,6 +53,14 @@ class SessionSpec:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         object.__setattr__(self, "faults", dict(self.faults or {}))
+        bins = (self.op_settings.get("layer") or {}).get("bins") or {}
+        for c in self.members:
+            if c.pack is None:
+                continue
+            if c.pack.key not in bins:
+                raise ValueError(f"session {self.session_id}: {c.id} needs bin {c.pack.bin} in layer.bins "
+                                 f"(given: {sorted(bins) or 'none'})")
+            c.pack.segments(bins[c.pack.key])   # PackError naming what does not fit
 
     @property
     def tp(self) -> int:
@@ -80,3 +95,13 @@ class SessionSpec:
         timing = self.timing
         min_r, max_r = int(timing.get("min_rounds", 3)), int(timing.get("max_rounds", 8))
         return min_r, max_r, (max_r if timing.get("futility", True) else None)   # rounds.could_clear
+
+
+def fill_bins(lengths, capacity: int, ids=(0,), seed: int = 0) -> dict[str, list[int]]:
+    """layer.bins for packed members "layer-tp<N>-pack<T>.b<k>-<variant>": for each bin id k in ``ids`` a
+    fill-to-capacity bin of the user's ``lengths`` at ``capacity`` (packing.rules.sample_bin: the bin that
+    stands for a step's bins), each drawn with its own generator (seed, k), so the same ids give the same
+    bins. A bin is its sequences: the same k at another T (at least their sum) pads the same sequences to
+    that T instead."""
+    return {str(k): [int(x) for x in sample_bin(lengths, capacity, np.random.default_rng([seed, int(k)]))]
+            for k in ids}

@@ -4,6 +4,11 @@ the life of a bench (worker.bench), the same on every backend.
 The client (launch.Session) asks for one case at a time and alternates the members of a session
 round after round; each request builds the case afresh (userbuffers included), so the spread
 between rounds holds the variation between builds, not only between iterations.
+
+A packed layer case (worker.packed) is timed twice per round with the same timing code: fwd+bwd, then its
+forward alone under torch.no_grad() (RL's log-prob and reference passes), kept as samples "fwd_only_ms"
+beside fwd_ms / bwd_ms / total_ms and its batch as batch["forward_only"]; its result carries ``pack``
+(T, real tokens, padding, the lengths).
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from tptune.cases import Case
 from tptune.measure.worker import te_backend, torch_backend
 from tptune.measure.worker.bench import Bench
 from tptune.measure.worker.context import RankContext
+from tptune.measure.worker.packed import ForwardOnly
 from tptune.measure.worker.te_block import TeBlockBench
 from tptune.measure.worker.timing import MAX_ATTEMPTS, PREROLL_MS, WINDOW_MS, timed_batch
 from tptune.measure.worker.torch_block import TorchBlockBench
@@ -31,6 +37,7 @@ from tptune.records.files import write_via_buffer
 # Each backend's op module (its build(case, mc, ctx, settings) builds one op's bench) and block bench.
 # The block modules build on their backend's op module, never the other way round.
 _BACKENDS = {"torch": torch_backend, "te": te_backend}
+FWD_ONLY = "fwd_only_ms"   # a packed case's forward alone under no_grad, per timed iteration
 _BLOCKS = {"torch": TorchBlockBench, "te": TeBlockBench}
 
 
@@ -139,6 +146,14 @@ def _run_shape(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, ou
                             preroll_ms=timing.get("preroll_ms", PREROLL_MS),
                             window_ms=timing.get("window_ms", WINDOW_MS), warmed=timing["warmup"],
                             max_attempts=timing.get("host_attempts", MAX_ATTEMPTS))
+        pack = getattr(bench, "pack", None)
+        if pack is not None:   # the forward alone too, as RL's log-prob / reference passes run it
+            fwd_only = timed_batch(ForwardOnly(bench), ctx, timing["iters"], timing.get("mode", "gpu"),
+                                   preroll_ms=timing.get("preroll_ms", PREROLL_MS),
+                                   window_ms=timing.get("window_ms", WINDOW_MS),
+                                   max_attempts=timing.get("host_attempts", MAX_ATTEMPTS))
+            batch["samples"][FWD_ONLY] = fwd_only.pop("samples")["fwd_ms"]
+            batch["forward_only"] = fwd_only
         t_measure = time.perf_counter() - t0 - t_init
         trace = None
         if settings.get("profile") and timing.get("profile_steps"):
@@ -146,7 +161,8 @@ def _run_shape(case: Case, mc: ModelConfig, ctx: RankContext, settings: dict, ou
         check = bench.correctness() if settings.get("check") else None
         result = {"rank": ctx.rank, "samples": batch.pop("samples"), "batch": batch, "trace": trace,
                   "correctness": check, "init_s": t_init, "measure_s": t_measure,
-                  "total_s": time.perf_counter() - t0, "pid": os.getpid()}
+                  "total_s": time.perf_counter() - t0, "pid": os.getpid(),
+                  **({"pack": pack.record()} if pack is not None else {})}
     finally:
         t_close = time.perf_counter()
         bench.close()

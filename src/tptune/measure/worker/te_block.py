@@ -31,6 +31,23 @@ overlap (given the block's weights and, under delayed scaling, its own priming p
 te_common.REF_PRIME_ITERS), both against the fp32 block. Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553: transformer_config.py (fp8, fp8_recipe,
 fp8_amax_history_len, fp8_amax_compute_algo, fp4, fp4_recipe), fp8_utils.py (get_fp8_recipe,
 get_fp8_context).
+
+Packed THD input ("layer-tp<N>-pack<T>.b<k>-<variant>", worker.packed): the block is built for seq_length T,
+micro-batch 1 (userbuffers for T x hidden), its input [T / TP, 1, hidden] per rank (sequence parallel), and
+TransformerBlock.forward gets PackedSeqParams(qkv_format="thd", cu_seqlens_q = cu_seqlens_kv = the
+segments' offsets [0, l1, ..., sum, T], the *_padded ones the same tensors, max_seqlen = the longest
+segment), as GPTModel.forward hands its packed_seq_params to its decoder. Megatron's SelfAttention then
+squeezes the batch dimension and TEDotProductAttention turns the layer spec's causal mask into
+padding_causal for THD: attention causal within each segment. The padding is a segment of its own
+(Megatron-RL's bins: cu_seqlens end at the bin size) and the padded offsets are the unpadded tensors
+themselves, so TE infers no padding between sequences (pad_between_seqs False, its identity check) and
+keeps its flash and fused backends. TE asks nothing more of the lengths at CP 1; sequence parallelism
+asks T divisible by TP (cases.make_case). The fp32 reference computes attention per segment
+(worker.packed.SegmentAttention in place of TE's core attention): TE's fp32 THD attention is unfused and
+pads every segment to the longest. Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 (0.19.2):
+models/gpt/gpt_model.py (forward -> decoder(packed_seq_params=...)), transformer/attention.py (thd:
+squeeze(1), core attention, reshape to [t, 1, h]), extensions/transformer_engine.py (TEDotProductAttention:
+padding_causal for thd); TE 2.19+ dot_product_attention.py (pad_between_seqs inferred by identity).
 """
 from __future__ import annotations
 
@@ -41,6 +58,7 @@ import torch
 from tptune.cases import Case
 from tptune.measure.worker import numerics
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
+from tptune.measure.worker.packed import SegmentAttention, packed_input, packed_model
 from tptune.measure.worker.te_common import (AMAX_COMPUTE_ALGO, AMAX_HISTORY_LEN, LAYERNORM_EPS, LocalCollectives,
                                              TeBench, bench_ub_cfgs, case_environment, finite_result,
                                              prime_reference)
@@ -67,6 +85,8 @@ class TeBlockBench(TeBench):
         self._require_cuda(case, ctx)
         if ctx.world_size != case.tp:
             raise ValueError(f"{case.id}: needs a worker group of {case.tp} ranks, got {ctx.world_size}")
+        self.pack = packed_input(case, settings)
+        mc = packed_model(mc, self.pack)   # packed: seq_length T, micro-batch 1 (userbuffers for T tokens)
         w = mc.workload
         if w.seq_length % case.tp:
             raise ValueError(f"{case.id}: seq_length={w.seq_length} is not divisible by tp={case.tp}")
@@ -109,9 +129,22 @@ class TeBlockBench(TeBench):
             self.x = torch.randn(shape, generator=gen, device=ctx.device, dtype=self.dtype).requires_grad_(True)
             self.grad_out = torch.randn(shape, generator=gen, device=ctx.device, dtype=self.dtype)
             self.out = None
+            self.packed_seq_params = self._packed_seq_params()
         except BaseException:
             self._teardown(collective=False)
             raise
+
+    def _packed_seq_params(self):
+        """Megatron-core's PackedSeqParams of the packed input (None for one causal sequence a sample)."""
+        if self.pack is None:
+            return None
+        from megatron.core.packed_seq_params import PackedSeqParams
+        cu = torch.tensor(self.pack.cu_seqlens, dtype=torch.int32, device=self.ctx.device)
+        # the padded offsets are the same tensors: the padding is a segment of its own, none lies between
+        # sequences, and TE (2.19+) reads pad_between_seqs off their identity
+        return PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, cu_seqlens_q_padded=cu,
+                               cu_seqlens_kv_padded=cu, max_seqlen_q=self.pack.max_seqlen,
+                               max_seqlen_kv=self.pack.max_seqlen)
 
     def _config(self, overlap: bool, reference_dtype: torch.dtype | None = None):
         """The block's TransformerConfig; ``reference_dtype``: the higher-precision no-overlap reference
@@ -167,11 +200,15 @@ class TeBlockBench(TeBench):
         else:
             spec = get_gpt_layer_with_transformer_engine_spec()
         block = TransformerBlock(config, spec, post_layer_norm=False)
+        if self.pack is not None and reference_dtype is not None:   # per-segment attention (module doc)
+            for layer in block.layers:
+                layer.self_attention.core_attention = SegmentAttention(self.pack.segments)
         return block.to(device=self.ctx.device)
 
     def _run(self, block, x, autocast: bool = True):
+        packed = {} if self.pack is None else {"packed_seq_params": self.packed_seq_params}
         with self._autocast() if autocast else contextlib.nullcontext():
-            out = block(hidden_states=x, attention_mask=None)
+            out = block(hidden_states=x, attention_mask=None, **packed)
         return out[0] if isinstance(out, tuple) else out
 
     def forward(self):
@@ -250,9 +287,10 @@ class TeBlockBench(TeBench):
         """What the references depend on: the block's shape, the workload, and its weights and data (sums)."""
         sums = [float(torch.linalg.vector_norm(t.detach(), dtype=torch.float32)) + float(t.sum(dtype=torch.float32))
                 for t in (*state.values(), self.x, self.grad_out) if t.is_floating_point()]
-        return (self.case.tp, self.layers, repr(self.mc.model), repr(self.mc.workload), tuple(sums))
+        return (self.case.tp, self.layers, repr(self.mc.model), repr(self.mc.workload), self.pack, tuple(sums))
 
     def _teardown(self, collective: bool) -> None:
         self.out = self.block = None
         self.x = self.grad_out = None
+        self.packed_seq_params = None
         self._release_ub(collective)

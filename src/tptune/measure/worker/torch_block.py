@@ -8,6 +8,10 @@ the rank's key/value groups, SwiGLU when the MLP is gated. An MoE model's block 
 layers (ModelSpec.block_pattern): router, top-k routed experts over the rank's expert shards and the
 shared expert (``_moe``). Variants as for the ops: none, nocomm
 (collectives replaced by local stand-ins: the bound), chunked.n<N> (every op split into N chunks).
+
+A packed case ("layer-tp<N>-pack<T>.b<k>-<variant>", worker.packed): the block of T tokens, micro-batch 1,
+attention causal within each of the bin's sequences and the padding segment (packed.segment_attention:
+block-diagonal), as Megatron-core's THD path on the te backend.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from tptune.model.spec import ModelConfig
 from tptune.measure.worker.bench import Bench
 from tptune.measure.worker.context import TORCH_DTYPES, RankContext
 from tptune.measure.worker import numerics
+from tptune.measure.worker.packed import packed_input, packed_model, segment_attention
 from tptune.measure.worker.torch_backend import ColumnParallelSP, Comm, RowParallelSP, planted_corruption
 
 DEFAULT_LAYERS = 2
@@ -55,6 +60,8 @@ class TorchBlockBench(Bench):
         kind = case.variant.kind
         if kind not in ("none", "nocomm", "chunked"):
             raise ValueError(f"{case.id}: the torch backend's layer runs none, nocomm or chunked.n<N>")
+        self.pack = packed_input(case, settings)
+        mc = packed_model(mc, self.pack)
         m, w = mc.model, mc.workload
         tp = case.tp
         self.chunks = case.variant.chunks if kind == "chunked" else 1
@@ -128,6 +135,8 @@ class TorchBlockBench(Bench):
         """qkv [tokens, (heads + 2 groups) * d] of this rank -> [tokens, heads * d], causal per sequence."""
         d, h, g = self.m.kv_channels, self.heads, self.groups
         q, k, v = qkv.split([h * d, g * d, g * d], dim=-1)
+        if self.pack is not None:   # [T, n*d]: one sample of T tokens, attention within each segment
+            return segment_attention(q.view(-1, h, d), k.view(-1, g, d), v.view(-1, g, d), self.pack.segments)
 
         def heads(t, n):  # [s*b, n*d] -> [b, n, s, d]  (tokens are s-major: [s, b])
             return t.view(self.s, self.b, n, d).permute(1, 2, 0, 3)
@@ -195,7 +204,7 @@ class TorchBlockBench(Bench):
     def reference(self, dtype: torch.dtype) -> "TorchBlockBench":
         """The no-overlap block in ``dtype`` with this block's weights, input and output gradient (upcast
         exactly: a bf16 weight is the same number in fp32)."""
-        ref = TorchBlockBench(make_case(self.case.op, self.tp, "none"), self.mc, self.ctx,
+        ref = TorchBlockBench(make_case(self.case.op, self.tp, "none", self.case.pack), self.mc, self.ctx,
                               {k: v for k, v in self.settings.items() if k != "fault"}, dtype=dtype)
         with torch.no_grad():
             for mine, theirs in zip(self.params, ref.params):
