@@ -1,6 +1,6 @@
-"""Which knob groups the committed knob runs ever moved, and what round budget their sessions used: the
-evidence behind the te backend's default knob search (tptune.te.methods.PROVEN_GROUPS,
-config/config.yaml's backend defaults).
+"""Which knob groups the committed knob runs moved, what the default-groups rule derives from them, and what
+round budget their sessions used: the evidence behind the te backend's default knob search
+(tptune.te.methods.PROVEN_GROUPS, read from tptune/data/knob_groups.json; config/config.yaml's backend defaults).
 
 For every ``results/**/search/<op>/tp<N>/knobs/result.json`` it reads the search's ``changes`` (one per
 knob group session: whether the kept value moved away from the starting setting beyond the step margin,
@@ -8,11 +8,13 @@ and how). A moved group counts as **in the written file** where the run's writte
 (``ub_cfgs.tp<N>.json``) holds the moved-to value for that GEMM. For every knob-step ``session.json``
 it reads the rounds used and how the session stopped, so the round budget is read off too.
 
-    python benchmarks/knob_evidence.py [results]
+    python benchmarks/knob_evidence.py [results] [--write]   # --write: src/tptune/data/knob_groups.json
 
-A group that never moved in any session is left out of the defaults (opt-in: ``search.knobs.groups:
-all`` or a list); a group that moved goes in. The script prints the table and the groups it derives;
-tests/test_knob_evidence.py holds the defaults to it.
+The default groups come from a stated rule (tptune.search.knob_rule): each group's kept / incumbent ratios
+pooled over every session that searched it, in the default when the pooled 95% interval lies entirely below
+1 - the step margin. The script prints each group's pooled ratio, the groups the rule keeps (also at half and
+twice the effect, to show how much the answer leans on it), and whether the committed record says the same;
+tests/search/test_knob_rule.py holds the record to the rule over results/.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from tptune.search.knob_rule import EFFECT, RECORD, committed, derive, describe  # noqa: E402
 from tptune.te.methods import ALL_GROUPS, PROVEN_GROUPS  # noqa: E402
 
 _DIFF = re.compile(r"(?P<gemm>\w+_(fprop|dgrad|wgrad))\.(?P<knob>\w+) (?P<old>\S+)\u2192(?P<new>\S+)")
@@ -95,14 +98,10 @@ def round_evidence(results: Path) -> dict:
             "resolved_at": dict(sorted(resolved_at.items())), "budgets": dict(budget)}
 
 
-def derived_groups(ev: dict[str, dict]) -> list[str]:
-    """The groups that moved at least once, in ALL_GROUPS' order (the search's group order)."""
-    return [g for g in ALL_GROUPS if ev.get(g, {}).get("moved", 0) > 0]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="?", default=str(ROOT / "results"))
+    ap.add_argument("--write", action="store_true", help=f"write src/tptune/data/{RECORD}")
     a = ap.parse_args(argv)
     results = Path(a.results)
     ev = group_evidence(results)
@@ -117,10 +116,20 @@ def main(argv=None) -> int:
     print(f"knob steps, rounds used: {rounds['rounds_used']}")
     print(f"knob steps resolved at round: {rounds['resolved_at']}")
     print(f"(min_rounds, max_rounds) of those sessions: {rounds['budgets']}")
-    derived = derived_groups(ev)
-    print(f"groups that ever moved (the default): {derived}")
-    print(f"tptune.te.methods.PROVEN_GROUPS:      {list(PROVEN_GROUPS)}"
-          + ("" if derived == list(PROVEN_GROUPS) else "   <- differs: update PROVEN_GROUPS"))
+    rec = derive(results)
+    print(f"the rule (tptune.search.knob_rule), over {rec['runs']} runs with a knob search: kept / incumbent pooled "
+          f"per group, in the default where its interval lies below {1 - EFFECT:.2f}:")
+    for g in ALL_GROUPS:
+        print(f"  {describe(g, rec['groups'][g])}{'  <- default' if rec['groups'][g]['default'] else ''}")
+    for e in (EFFECT / 2, EFFECT * 2):
+        print(f"  at an effect of {e:.1%} the rule would keep {derive(results, e)['default']}")
+    print(f"the rule's default groups:          {rec['default']}")
+    print(f"tptune.te.methods.PROVEN_GROUPS:      {list(PROVEN_GROUPS)}  (tptune/data/{RECORD})"
+          + ("" if rec == committed() else f"   <- the committed record differs: python {Path(__file__).name} --write"))
+    if a.write:
+        out = ROOT / "src" / "tptune" / "data" / RECORD
+        out.write_text(json.dumps(rec, indent=1) + "\n")
+        print(f"wrote {out}")
     return 0
 
 

@@ -99,5 +99,13 @@ def test_backend_dependent_defaults(pool_dir):
 
     rec = backend_defaults.recorded(te_cfg, "te")
     assert rec["backend"] == "te" and backend_defaults.auto_fields(rec) == []
-    assert resolve_here(rec, check_hardware=False).search.as_dict() == te.search.as_dict()
+    # the knob groups searched are recorded too: a later default (tptune/data/knob_groups.json) leaves the
+    # record's search as measured
+    from tptune.te.methods import PROVEN_GROUPS
+    assert rec["search"]["knobs"] == {"groups": list(PROVEN_GROUPS)}
+    replayed = resolve_here(rec, check_hardware=False).search.as_dict()
+    assert replayed.pop("knobs") == {"groups": list(PROVEN_GROUPS)}
+    assert replayed == {k: v for k, v in te.search.as_dict().items() if k != "knobs"}
+    mine = backend_defaults.recorded(dict(te_cfg, search={**defaults["search"], "knobs": {"groups": "all"}}), "te")
+    assert mine["search"]["knobs"] == {"groups": "all"}
     assert backend_defaults.recorded(defaults, "torch")["backend"] == "torch"

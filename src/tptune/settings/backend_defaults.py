@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 
+from tptune.te.methods import PROVEN_GROUPS
+
 AUTO = "auto"
 
 # (block, key) -> {backend: value}. search.te_presets: by the workload's dtype (bf16 / fp8), see _presets.
@@ -59,10 +61,19 @@ def resolve(config: dict, backend: str, fp8: bool = False) -> dict:
 
 
 def recorded(config: dict, backend: str, fp8: bool = False) -> dict:
-    """What a run's config.json records of ``config``: the backend it resolved to (where it was ``auto``) and
-    every backend-dependent ``auto`` resolved, so the record replays as measured on any machine (tptune
-    rederive on a CPU-only host resolves ``backend: auto`` to torch) and under later defaults."""
+    """What a run's config.json records of ``config``: the backend it resolved to (where it was ``auto``),
+    every backend-dependent ``auto`` resolved, and the knob groups a knob search searches where the config
+    leaves them to the default (``proven``: tptune.te.methods.PROVEN_GROUPS, which the committed runs derive),
+    so the record replays as measured on any machine (tptune rederive on a CPU-only host resolves
+    ``backend: auto`` to torch) and under later defaults."""
     out = resolve(config, backend, fp8)
     if out.get("backend", "auto") == AUTO:
         out["backend"] = backend
+    blocks = [out] + [own for own in (out.get("op_settings") or {}).values() if isinstance(own, dict)]
+    for cfg in blocks:
+        search = cfg.get("search") or {}
+        knobs = search.get("knobs")
+        if search.get("mode") == "knobs" and (knobs is None or isinstance(knobs, dict)) and \
+                (knobs or {}).get("groups", "proven") == "proven":
+            search["knobs"] = {**(knobs or {}), "groups": list(PROVEN_GROUPS)}
     return out

@@ -16,7 +16,9 @@ pipeline (bool), chunks [ints], cga_size (int), set_sm_margin (0/1) for the SM-s
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from importlib import resources
 
 from tptune.cases import METHODS, Case, GemmOverride, Variant, make_case, make_override
 from tptune.model.ops import COLUMN_OPS, OP_GEMMS
@@ -123,11 +125,13 @@ def _ints(values, key: str, lo: int, hi: int) -> list[int]:
 # ---------------------------------------------------------------------------------------------
 ALL_GROUPS = ("method", "rs_dgrad", "use_ce", "set_sm_margin", "num_sm", "cga_size", "num_splits", "aggregate",
               "pipeline_rs_overlap_first_gemm", "fp8_buf", "priority")
-# The groups that moved a kept setting beyond the step margin in at least one committed knob run (method 20
-# of 40 sessions, rs_dgrad 14 of 40, num_sm 4 of 22, num_splits 1 of 1); use_ce, set_sm_margin, cga_size,
-# aggregate and priority never did in 4 to 48 sessions each, pipeline_rs_overlap_first_gemm and fp8_buf were
-# never measured. benchmarks/knob_evidence.py prints the table; `search.knobs.groups: all` searches every group.
-PROVEN_GROUPS = ("method", "rs_dgrad", "num_sm", "num_splits")
+# The default groups (`search.knobs.groups: proven`) are those a stated rule keeps over every committed knob
+# run (tptune.search.knob_rule: a group's kept / incumbent ratios pooled over its knob sessions, its 95%
+# interval entirely below 1 - the step margin), read from the committed record of that derivation,
+# tptune/data/knob_groups.json, which `python benchmarks/knob_evidence.py --write` writes from results/ and
+# tests/search/test_knob_rule.py holds to it. No figure is copied here: that script prints each group's pooled
+# ratio, and docs/knob-search.md quotes them from the record. `search.knobs.groups: all` searches every group.
+PROVEN_GROUPS = tuple(json.loads(resources.files("tptune").joinpath("data", "knob_groups.json").read_text())["default"])
 GROUP_SETS = {"proven": PROVEN_GROUPS, "all": ALL_GROUPS}
 KNOB_DEFAULTS = {
     "groups": list(PROVEN_GROUPS),
