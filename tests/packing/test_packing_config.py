@@ -27,6 +27,10 @@ def test_the_example_validates_and_its_spec_loads(tmp_path):
     assert lengths.size == 20000 and lengths.max() == 1536
     assert spec.capacities_for(lengths, tp=2, fp8=False) == [1536, 3072]
     assert s.model.workload.seq_length == 512                   # the model's own workload is untouched
+    native, fill = spec.native_steps(lengths, tp=2), spec.fill_steps(lengths, 3072)
+    assert len(native) == len(fill) == 1250                      # 20000 / 16, the same steps
+    assert [s.real for s in native] == [s.real for s in fill]
+    assert native[0].rule == "verl" and {mb.padded for mb in fill[0].micro_batches} == {3072}
 
 
 @pytest.mark.parametrize("packing,what", [
@@ -39,6 +43,7 @@ def test_the_example_validates_and_its_spec_loads(tmp_path):
     ({**EXAMPLE, "capacities": [2047]}, "field 'workload.packing.capacities.0' = 2047: expected a multiple of TP 2"),
     ({**EXAMPLE, "max_token_len": 1024}, "veRL asserts max_token_len >= the longest sequence (1536 tokens)"),
     ({**EXAMPLE, "rule": "slime", "max_token_len": 512}, "longer than every candidate capacity"),
+    ({**EXAMPLE, "rule": "fill", "max_token_len": 1024}, "rule fill packs into bins of max_token_len"),
 ])
 def test_bad_packing_is_refused_naming_the_field(tmp_path, packing, what):
     with pytest.raises(ConfigError) as e:

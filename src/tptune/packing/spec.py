@@ -14,7 +14,9 @@
 The schema (data/config.schema.yaml) checks the types; ``config_problems`` what needs the lengths: that they
 read (lengths.load_lengths), that every listed capacity suits every TP of ``tp_sizes`` (a multiple of TP, FP8:
 of 16 TP) and holds the longest sequence, that the default candidates exist (the longest sequence within twice
-max_token_len), and veRL's own assertion, max_token_len >= the longest sequence.
+max_token_len), veRL's own assertion (max_token_len >= the longest sequence) and, for ``rule: fill``, that the
+longest sequence fits a bin of max_token_len. ``native_steps`` and ``fill_steps`` draw the steps of setups (a)
+and (b)/(c) of packing.decide from one seed.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import numpy as np
 from tptune.errors import ConfigError
 from tptune.packing.capacity import candidate_capacities, capacity_problems
 from tptune.packing.lengths import load_lengths
+from tptune.packing.rules import Step, fill_packer, pack_steps
 
 KEYS = ("lengths", "rule", "max_token_len", "seqs_per_step", "forward_passes", "capacities", "seed")
 REQUIRED = ("lengths", "rule", "max_token_len", "seqs_per_step")
@@ -65,6 +68,21 @@ class PackingSpec:
         return candidate_capacities(lengths, self.max_token_len, tp, fp8,
                                     list(self.capacities) if self.capacities else None, recipe)
 
+    def native_steps(self, lengths: np.ndarray, tp: int, fp8: bool = False, steps: int | None = None) -> list[Step]:
+        """The steps under the framework's own batching, setup (a): veRL's or slime's micro-batches with their
+        own padding, or for ``rule: fill`` (Megatron-RL) its bins at its ``--seq-length``, ``max_token_len``."""
+        if self.rule == "fill":
+            return pack_steps(lengths, "fill", seqs_per_step=self.seqs_per_step, rng=self.seed, steps=steps,
+                              capacity=self.max_token_len)
+        return pack_steps(lengths, self.rule, seqs_per_step=self.seqs_per_step, rng=self.seed, steps=steps,
+                          max_token_len=self.max_token_len, tp=tp, fp8=fp8)
+
+    def fill_steps(self, lengths: np.ndarray, capacity: int, steps: int | None = None) -> list[Step]:
+        """The same steps in fill-to-capacity bins of ``capacity``, setups (b) and (c): the packer the framework's
+        users would run at T (rules.fill_packer: slime's own first-fit for slime, Megatron-RL's otherwise)."""
+        return pack_steps(lengths, "fill", seqs_per_step=self.seqs_per_step, rng=self.seed, steps=steps,
+                          capacity=capacity, packer=fill_packer(self.rule))
+
 
 def config_problems(packing: dict, base_dir: str | Path, tp_sizes: list[int], fp8: bool = False,
                     recipe: str | None = None) -> list[str]:
@@ -91,4 +109,8 @@ def config_problems(packing: dict, base_dir: str | Path, tp_sizes: list[int], fp
     if packing["rule"] == "verl" and packing["max_token_len"] < longest:
         out.append(f"field 'workload.packing.max_token_len' = {packing['max_token_len']}: veRL asserts max_token_len "
                    f">= the longest sequence ({longest} tokens)")
+    if packing["rule"] == "fill" and packing["max_token_len"] < longest:
+        out.append(f"field 'workload.packing.max_token_len' = {packing['max_token_len']}: rule fill packs into bins "
+                   f"of max_token_len (Megatron-RL's --seq-length), which the longest sequence ({longest} tokens) "
+                   "does not fit")
     return list(dict.fromkeys(out))
