@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "number": (int, float), "integer": int}
+_TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "number": (int, float), "integer": int,
+          "null": type(None)}
 
 
 def problems(data, schema: dict, path: str = "") -> list[str]:
