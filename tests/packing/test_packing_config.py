@@ -60,4 +60,5 @@ def test_config_problems_per_tp(tmp_path):
     assert config_problems(p, tmp_path, [8], fp8=True, recipe="mxfp8") == [
         "field 'workload.packing.capacities.1' = 4608: expected a multiple of 1024 (FP8 at TP 8: 128 x TP, MXFP8 "
         "userbuffers take a shard's rows in multiples of 128); nearest: 4096"]
-    assert config_problems({"lengths": "l.txt"}, tmp_path, [2])[0] == "field 'workload.packing.rule': required but missing"
+    missing = config_problems({"lengths": "l.txt"}, tmp_path, [2])
+    assert missing[0] == "field 'workload.packing.rule': required but missing"

@@ -41,7 +41,8 @@ def test_csv_and_parquet_columns(tmp_path):
     pl.DataFrame({"total": [3.0, 4.5]}).write_parquet(tmp_path / "bad.parquet")
     assert "row 2 of bad.parquet (column total) is 4.5" in error({"lengths": "bad.parquet"}, tmp_path)
     (tmp_path / "gap.csv").write_text("total,x\n5,1\n,2\n")
-    assert "row 2 of gap.csv (column total) is empty" in error({"lengths": {"file": "gap.csv", "column": "total"}}, tmp_path)
+    gap = error({"lengths": {"file": "gap.csv", "column": "total"}}, tmp_path)
+    assert "row 2 of gap.csv (column total) is empty" in gap
 
 
 def test_jsonl_field(tmp_path):

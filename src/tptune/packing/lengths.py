@@ -29,7 +29,7 @@ from tptune.errors import ConfigError
 
 FIELD = "workload.packing.lengths"
 MAX_SEQUENCES = 100_000_000          # a histogram's counts expand to arrays: refuse what would not fit memory
-_TEXT = {".txt", ".lst", ".dat", ".tsv", ""}
+_TEXT = {".txt", ".lst", ".dat", ""}
 _FILE_KEYS = {"file", "column", "field"}
 
 
@@ -46,16 +46,6 @@ def load_lengths(spec: dict | str, base_dir: Path) -> np.ndarray:
     if packing is not None:
         _check_longest(lengths, where, packing)
     return lengths
-
-
-def describe(spec: dict | str) -> str:
-    """A short name for the lengths a spec names (a file name, or 'a histogram'), for messages."""
-    value = spec["lengths"] if isinstance(spec, dict) and "lengths" in spec else spec
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "file" in value:
-        return f"{value['file']} ({value.get('column') or value.get('field')})"
-    return "a histogram"
 
 
 # --- reading ---------------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 RULES = ("fill", "verl", "slime")
-MEGATRON_RL_MAX_SEQS = 50        # --rl-sequence-packing-max-sequences-per-bin's default (megatron/training/arguments.py)
+MEGATRON_RL_MAX_SEQS = 50        # --rl-sequence-packing-max-sequences-per-bin's default (megatron/training/arguments)
 SLIME_PAD_MULTIPLIER = 128       # --data-pad-size-multiplier's default (slime/utils/arguments.py)
 VERL_WORKLOAD_LINEAR = 24576     # calculate_workload: 24576 * L + L**2 (12 h^2 L + 2 h L^2 at h = 4096, halved)
 
@@ -304,8 +304,8 @@ def fill_packer(rule: str) -> str:
 
 
 def summarize(steps: Iterable[Step]) -> dict:
-    """Means per step (micro-batches, real and padded tokens), padding's share of the computed tokens, and
-    the micro-batches' token counts: the largest, and (where given) how many exceed ``max_token_len``."""
+    """Means per step (micro-batches, real and padded tokens), padding's share of the computed tokens and the
+    largest micro-batch (``overshoot``: how many exceed a budget)."""
     steps = list(steps)
     if not steps:
         raise ValueError("no steps")
