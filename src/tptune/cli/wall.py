@@ -48,13 +48,21 @@ def cmd_predict(a) -> int:
     return 0
 
 
+def pool_size(s) -> int:
+    """What the run measures on here: the node's gpus_per_node GPUs, or on CPU the worker pool's slots (the
+    cores this process may run on, at most launcher.cpu_slots: measure.gpupool.cpu_slot_ids, the launcher's)."""
+    from tptune.measure.gpupool import cpu_slot_ids
+
+    return int(s.gpus_per_node) if s.device == "cuda" else len(cpu_slot_ids(s.launcher.cpu_slots))
+
+
 def write_plan_estimate(s, run: RunDir) -> dict | None:
     """wall_predicted.json for ``s`` on its node, and one line saying it; never fails the plan: what
     goes wrong is said on stderr and nothing is written."""
     try:
         from tptune.schedule.plan_estimate import estimate
 
-        est = estimate(s)
+        est = estimate(s, pool_size(s))
         rec = est.as_record()
         write_record(run.wall_predicted_json, rec)
     except Exception as exc:  # noqa: BLE001 - a prediction never stops a run
@@ -70,6 +78,6 @@ def dry_run_line(s) -> str:
     try:
         from tptune.schedule.plan_estimate import estimate
 
-        return f"tptune: {estimate(s).line()} (tptune plan writes it to wall_predicted.json)"
+        return f"tptune: {estimate(s, pool_size(s)).line()} (tptune plan writes it to wall_predicted.json)"
     except Exception as exc:  # noqa: BLE001 - a prediction never stops planning
         return f"tptune: no wall-time prediction ({type(exc).__name__}: {exc})"

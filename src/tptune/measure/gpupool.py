@@ -111,6 +111,13 @@ def count_gpus() -> int:
     return len(available_ids())
 
 
+def cpu_slot_ids(cpu_slots: int) -> list[str]:
+    """The CPU worker pool's ids: the cores this process may run on, at most ``cpu_slots`` (launcher.cpu_slots)
+    of them. What the launcher measures on and the plan lays sessions on."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    return [str(c) for c in list(cores)[:max(1, int(cpu_slots))]]
+
+
 def visible_ids(n: int) -> list[str]:
     """The first ``n`` GPU ids this process may use; never an id outside a Slurm allocation."""
     return available_ids()[:n]

@@ -21,7 +21,7 @@ from pathlib import Path
 from tptune import __version__
 from tptune.cases import Case
 from tptune.measure.envinfo import launch_env
-from tptune.measure.gpupool import GpuPool, count_gpus, pool_scope, visible_ids
+from tptune.measure.gpupool import GpuPool, count_gpus, cpu_slot_ids, pool_scope, visible_ids
 from tptune.measure.session_spec import SessionSpec
 from tptune.model.spec import ModelConfig
 from tptune.settings.resolve import Settings
@@ -178,8 +178,7 @@ class Launcher:
             # CPU: a slot is a core this process may run on (at most launcher.cpu_slots of them); a worker
             # group is pinned to the cores it holds, so two jobs (of any run using this pool) never
             # measure on the same core; a case with more ranks than the pool has cores holds them all
-            cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-            ids = [str(c) for c in list(cores)[:max(1, int(lc.cpu_slots))]]
+            ids = cpu_slot_ids(lc.cpu_slots)
         self.pool = GpuPool(self.pool_dir / "locks", ids)
         self.sig = _code_signature({"backend": self.backend, "device": self.device,
                                     "multicast": lc.multicast, "env": lc.env,

@@ -172,6 +172,7 @@ class Prediction:
     gpus: int | None
     basis: str | None
     confirm_s: float = 0.0      # the confirm stage's share of wall_s: it follows the sessions
+    unit: str = "GPUs"          # what ``gpus`` counts: GPUs, or a CPU run's worker slots
 
 
 def prediction(run: RunDir) -> Prediction | None:
@@ -187,6 +188,9 @@ def prediction(run: RunDir) -> Prediction | None:
         return None
     basis = rec.get("basis")
     confirm = _num(rec.get("confirm_s"))
+    # a record without its unit: a rough (CPU backend) prediction was laid on the worker pool's slots
+    unit = rec.get("unit") if rec.get("unit") in ("GPUs", "worker slots") else \
+        "worker slots" if rec.get("rough") is True else "GPUs"
     return Prediction(wall, int(n) if n and n > 0 else None, int(gpus) if gpus else None,
                       basis if isinstance(basis, str) else None,
-                      confirm if confirm is not None and 0 < confirm < wall else 0.0)
+                      confirm if confirm is not None and 0 < confirm < wall else 0.0, unit)

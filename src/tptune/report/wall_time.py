@@ -70,7 +70,7 @@ def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
     if pred is None:
         parts.append("predicted: no `wall_predicted.json`")
     else:
-        on = f" on {pred.gpus} GPUs" if pred.gpus else ""
+        on = f" on {pred.gpus} {pred.unit}" if pred.gpus else ""
         ratio = f", measured / predicted {wall / pred.wall_s:.2f}" if wall is not None else ""
         if stage and not pred.confirm_s:
             on += " without the confirm stage (the prediction did not count it)"

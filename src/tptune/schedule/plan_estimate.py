@@ -17,6 +17,7 @@ the torch (CPU) backend the figure is rough.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ class WallEstimate:
     notes: list[str] = field(default_factory=list)
     explores_all: bool = True       # decision.explore_all_tps: every TP counted is measured
     confirm_s: float = 0.0          # the confirm stage's share of predicted_wall_s (0: off)
+    unit: str = "GPUs"              # what ``gpus`` counts: GPUs, or on CPU the pool's worker slots
 
     def as_record(self) -> dict:
         """wall_predicted.json (keys other tools read: gpus, sessions_planned, predicted_wall_s, basis, per_tp)."""
@@ -64,14 +66,14 @@ class WallEstimate:
                 **{k: sum(1 for x in mine if x.kind == k) for k in ("steps", "points", "blocks")},
                 "held_s": round(d["held_s"], 1), "group_starts": d["group_starts"],
                 "first_start_s": round(d["first_start_s"], 1), "last_end_s": round(d["last_end_s"], 1)}
-        return {"gpus": self.gpus, "sessions_planned": len(self.sessions),
+        return {"gpus": self.gpus, "unit": self.unit, "sessions_planned": len(self.sessions),
                 "predicted_wall_s": round(self.predicted_wall_s), "basis": self.basis, "rough": self.rough,
                 "per_tp": per_tp, "confirm_s": round(self.confirm_s), "notes": self.notes}
 
     def line(self) -> str:
         tps = ", ".join(f"TP {tp} {d['sessions']}" for tp, d in self.per_tp.items())
-        where = (f"{self.gpus} GPUs" if not self.rough else
-                 f"{self.gpus} worker slots; rough: costed as on GPUs, the CPU backend's rounds run longer")
+        where = (f"{self.gpus} {self.unit}" if not self.rough else
+                 f"{self.gpus} {self.unit}; rough: costed as on GPUs, the CPU backend's rounds run longer")
         upper = "" if self.explores_all else ", at most: the TP decision may stop earlier"
         confirm = f"; the confirm stage {self.confirm_s:.0f} s of it" if self.confirm_s else ""
         return (f"predicted wall time on this node ({where}): {self.predicted_wall_s:.0f} s for "
@@ -162,20 +164,38 @@ def confirm_seconds(s: Settings, table: dict) -> tuple[float, str | None]:
                             f"{s.confirm.iters} iterations at their median {fitted['iteration_s']:.2f} s)")
 
 
+def _widths(tps: list[int], slots: int, cpu: bool) -> tuple[int, dict[int, int]]:
+    """(the pool's ids the sessions are laid on, each TP's ids a session holds). On GPUs a TP t session holds t;
+    on CPU one holds min(t, the pool's slots), as the launcher gives a case with more ranks than the pool
+    has slots all of them, and the pool is cut to a size every such block divides (the scheduler's aligned
+    blocks)."""
+    if not cpu:
+        return slots, {tp: tp for tp in tps}
+    g = max(1, slots)
+    while any(g % min(tp, g) for tp in tps):
+        g -= 1
+    return g, {tp: min(tp, g) for tp in tps}
+
+
 def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) -> WallEstimate:
-    """The run's predicted wall time on ``gpus`` GPUs (default: the run's gpus_per_node)."""
+    """The run's predicted wall time on ``gpus`` GPUs (on CPU: worker slots; default: the run's
+    gpus_per_node; the CLI gives the pool's size, cli.wall.pool_size)."""
     table = table if table is not None else load_table()
     gpus = int(gpus or s.gpus_per_node)
     sessions, planned = planned_sessions(s, table)
     deps = ms.dependencies(sessions)
-    jobs = [Job(x.name, x.tp, x.held_s, deps[x.name][0], table["gaps_s"][deps[x.name][1]], priority=x.started)
-            for x in sessions]
-    node = Node(gpus=gpus, start_s={tp: table["group_start_s"] for tp in s.tp_sizes},
+    laid, width = _widths(list(s.tp_sizes), gpus, s.device != "cuda")
+    jobs = [Job(x.name, width[x.tp], x.held_s, deps[x.name][0], table["gaps_s"][deps[x.name][1]],
+                priority=x.started) for x in sessions]
+    node = Node(gpus=laid, start_s={w: table["group_start_s"] for w in width.values()},
                 launch_gap_s=table["gaps_s"]["launch"],
                 idle_timeout_s=float(s.launcher.idle_timeout_s or IDLE_TIMEOUT_S),
                 keep_idle_groups=s.launcher.keep_idle_groups)
     sched = simulate(jobs, node)
+    tp_of = {x.name: x.tp for x in sessions}   # per TP, not per block width
+    sched.placed = {n: dataclasses.replace(p, tp=tp_of[n]) for n, p in sched.placed.items()}
     rough = s.backend != "te"
+    unit = "GPUs" if s.device == "cuda" else "worker slots"
     notes = [f"every TP of {s.tp_sizes} counted for every op"
              + ("" if s.decision.explore_all_tps else " (an upper bound: the TP decision may stop earlier)"),
              "the search where nothing moves (every setting ties)"]
@@ -185,8 +205,8 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) ->
     if confirm_note:
         notes.append(confirm_note)
     basis = (f"{len(planned)} sessions planned where nothing moves, costed with the fit of "
-             f"{len(table['runs'])} committed GPU runs (tptune/data/wall_fit.json), laid on {gpus} GPUs"
+             f"{len(table['runs'])} committed GPU runs (tptune/data/wall_fit.json), laid on {gpus} {unit}"
              + ("; rough: CPU backend" if rough else ""))
     return WallEstimate(gpus=gpus, predicted_wall_s=table["outside_s"] + sched.span_s + confirm_s,
                         sessions=planned, per_tp=sched.per_tp(), basis=basis, rough=rough, notes=notes,
-                        explores_all=bool(s.decision.explore_all_tps), confirm_s=confirm_s)
+                        explores_all=bool(s.decision.explore_all_tps), confirm_s=confirm_s, unit=unit)
