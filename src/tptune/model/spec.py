@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -527,7 +528,7 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
             problems.append(f"field 'workload.{key}' = {v!r}: expected true or false")
     packed, sp = packed is True, sp is not False
 
-    name = raw.get("name") or raw.get("_name_or_path") or Path(source).stem
+    name = model_name(raw, source)
     if problems:
         raise ConfigError(source, problems)
     return ModelConfig(
@@ -535,6 +536,31 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
         workload=Workload(seq, mbs, dtype, recipe, fp8_format, fp8_emulation, packed, sp),
         source=source,
     )
+
+
+def model_name(raw: dict, source: str) -> str:
+    """The model's name (the run folder's first part): the file's ``name``; else the last part of a Hugging Face
+    ``_name_or_path`` ("Qwen/Qwen3-8B": Qwen3-8B); else the file's own name, except for a ``config.json``, which
+    every Hugging Face model calls its file: then the folder holding it (a Hugging Face cache snapshot,
+    models--<org>--<name>/snapshots/<hash>: its repository's name), else its first architecture. Characters a
+    folder name should not carry become "-"."""
+    if raw.get("name"):
+        return str(raw["name"])
+    path = Path(source)
+    hf_name = raw.get("_name_or_path")
+    if isinstance(hf_name, str) and hf_name.strip("/ "):
+        name = hf_name.strip("/ ").replace("\\", "/").rsplit("/", 1)[-1]
+    elif path.stem != "config":
+        name = path.stem
+    else:
+        folder = Path(os.path.abspath(path)).parent
+        if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+            folder = folder.parent.parent
+        name = folder.name.removeprefix("models--").rsplit("--", 1)[-1]
+        archs = raw.get("architectures")
+        if not name and isinstance(archs, list) and archs and isinstance(archs[0], str):
+            name = archs[0]
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-.") or "model"
 
 
 WORKLOAD_KEYS = ("seq_length", "micro_batch_size", "dtype", "packed_sequences", "sequence_parallel", *FP8_FIELDS)
