@@ -28,6 +28,11 @@ except ConfigError as exc:
 # Every path inside the run folder comes from R (records.run_dir.RunDir); the rules give it wildcards
 # ("{op}", "{tp}", ...) where they name a pattern.
 R = RunDir.of_run(S.run)
+# A snakemake killed outright leaves Snakemake's lock behind, and Snakemake refuses the rerun below: say
+# so, with the command that removes it (records.run_lock.stale_snakemake_lock; nothing is removed here).
+_STALE_LOCK = run_lock.stale_snakemake_lock(R, sys.argv)
+if _STALE_LOCK:
+    print(f"tptune: {_STALE_LOCK}", file=sys.stderr)
 CONFIG_JSON = str(R.config_json)
 CALIBRATION = str(R.calibration_json)       # timing.window_ms: auto (rules/calibrate.smk)
 MODEL_JSON = str(R.model_json)

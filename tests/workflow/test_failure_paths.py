@@ -444,3 +444,35 @@ def test_a_timeout_beside_another_group_on_its_cores_is_retried_not_a_hang(tmp_p
     assert kinds == [("contended", True), ("timeout", False)], run["attempts"]
     assert "srv" not in run["attempts"][0]["error"]["message"] and "0 computed on its GPUs" in \
         run["attempts"][0]["error"]["message"]
+
+
+def test_a_rerun_after_a_kill_9_of_snakemake_gives_the_command_that_removes_its_lock(tmp_path):
+    """7. (issue 54) Before: after a kill -9 of snakemake the plain rerun met Snakemake's lock, which the dead
+    process could not remove, though docs/run-integrity.md says a killed run resumes with a plain snakemake.
+    Now the rerun says the holder is gone and gives the command (records.run_lock.stale_snakemake_lock), and
+    that command removes the lock."""
+    import os
+    import signal
+    import time
+    run = _workflow(tmp_path, "killed", layer={"enabled": False})
+    first = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "run.yaml"],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        lock, deadline = run / ".run.lock", time.time() + 120
+        while time.time() < deadline and not (lock.exists() and lock.read_text().strip() == str(first.pid)):
+            time.sleep(0.1)           # past Snakemake's lock and its onstart: the run is held
+        assert lock.read_text().strip() == str(first.pid)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    p = smk(tmp_path, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "LockException" in out, out[-3000:]
+    assert (f"tptune: Snakemake's lock on outputs/killed was left by a snakemake that is gone (pid {first.pid}"
+            in out), out[-3000:]
+    command = out.split("the run resumes where it stopped): ", 1)[1].splitlines()[0]
+    assert command == "snakemake --unlock --cores 2 --configfile run.yaml"
+    unlocked = subprocess.run([sys.executable, "-m", *command.split()], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+    assert unlocked.returncode == 0 and not (tmp_path / ".snakemake" / "locks").exists(), unlocked.stderr[-2000:]

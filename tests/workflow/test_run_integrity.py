@@ -323,6 +323,8 @@ def test_dry_run_and_an_invocation_beside_a_running_one_change_nothing(run):
         second = smk(w, f"{RUN}/sessions/qkv/tp2/chunks/step0/session.json",
                      configs=("run.yaml", "changed.yaml"))
         assert second.returncode != 0 and cfg_json.read_text() == text
+        # its holder runs: no word of a lock left by a snakemake that is gone (records.run_lock)
+        assert "snakemake --unlock" not in second.stdout + second.stderr
         # jobs Snakemake's lock does not cover (the window calibration, which the running one has not):
         # the run's lock refuses it, before it writes anything
         write(w, "changed.yaml", {"timing": {"iters": 7, "window_ms": "auto"}})
