@@ -19,18 +19,22 @@ import megatron.training.arguments as arguments  # noqa: E402
 arguments.get_device_arch_version = lambda: 9
 import os  # noqa: E402
 
+from tptune.confirm.command import add_tptune_args  # noqa: E402
+
 KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
         "swiglu", "seq_length", "micro_batch_size", "global_batch_size", "tensor_model_parallel_size",
         "data_parallel_size", "sequence_parallel", "tp_comm_overlap", "tp_comm_overlap_cfg", "tp_comm_bulk_wgrad",
         "tp_comm_bulk_dgrad", "tp_comm_overlap_rs_dgrad", "tp_comm_overlap_ag", "tp_comm_overlap_rs", "bf16",
         "fp8", "fp8_recipe", "num_experts", "padded_vocab_size", "vocab_size", "tokenizer_type", "mock_data",
-        "train_iters", "gradient_accumulation_fusion", "timing_log_level", "untie_embeddings_and_output_weights")
+        "train_iters", "gradient_accumulation_fusion", "timing_log_level", "untie_embeddings_and_output_weights",
+        "tptune_timing", "tptune_data_seed", "tptune_packed")
 
 with open(sys.argv[1]) as f:
     argvs = json.load(f)
 for argv in argvs:
     os.environ["WORLD_SIZE"] = argv[argv.index("--tensor-model-parallel-size") + 1]
     sys.argv = ["pretrain_gpt.py"] + argv
-    args = arguments.parse_args()
-    arguments.validate_args(args, {"tokenizer_type": "GPT2BPETokenizer"})   # pretrain_gpt.py's args_defaults
+    # tptune's training entry (confirm.trainer) parses with its own options added and NullTokenizer's default
+    args = arguments.parse_args(extra_args_provider=add_tptune_args)
+    arguments.validate_args(args, {"tokenizer_type": "NullTokenizer"})
     print("PARSED " + json.dumps({k: getattr(args, k, None) for k in KEYS}), flush=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from tptune.confirm.command import launch_env, merged, model_args
+from tptune.confirm.command import entry_args, launch_env, merged, model_args
 from tptune.confirm.settings import confirm_settings
 from tptune.confirm.stage import model_config
 from tptune.records.run_dir import RunDir
@@ -29,8 +29,10 @@ MEGATRON = os.environ.get("TPTUNE_MEGATRON_PATH") or (str(FETCHED) if (FETCHED /
 
 
 def _options() -> dict[str, str]:
+    """Megatron-LM 0.19's options, and tptune's training entry's own (confirm.command.add_tptune_args)."""
     rows = [x.split() for x in SNAPSHOT.read_text().splitlines() if x and not x.startswith("#")]
-    return {o: k for o, k in rows}
+    return {**{o: k for o, k in rows}, "--tptune-timing": "value", "--tptune-data-seed": "value",
+            "--tptune-packed": "value"}
 
 
 def _copy(run: str, tmp_path: Path) -> RunDir:
@@ -43,7 +45,7 @@ def _copy(run: str, tmp_path: Path) -> RunDir:
 def _argvs(run: RunDir) -> dict[str, list[str]]:
     tp = max(int(k) for k in json.loads(run.decisions_json.read_text())["meta"]["files"]["sets"])
     base = model_args(model_config(run), layers=2, tp=tp, iters=30, micro_batches=4, seed=1234)
-    return {s.name: merged(base, s.flags) for s in confirm_settings(run, tp)}
+    return {s.name: merged(base, s.flags) + entry_args(seed=1234) for s in confirm_settings(run, tp)}
 
 
 @pytest.mark.parametrize("kind", RUNS)
@@ -96,6 +98,7 @@ def test_megatrons_own_parse_args_and_validate_args_take_every_setting(kind, tmp
         assert got["sequence_parallel"] and got["num_layers"] == 2 and got["global_batch_size"] == 4
         assert got["gradient_accumulation_fusion"] is False and got["mock_data"] and got["timing_log_level"] == 0
         assert got["tp_comm_overlap"] == (name != "none")
+        assert got["tptune_timing"] == "{workdir}/timing.json" and got["tptune_data_seed"] == 1234
         if name == "set":   # Megatron reads the switches decisions.json says the set was written with
             written = json.loads(run.decisions_json.read_text())["meta"]["files"]["sets"][tp]["switches"]
             assert {k: got[k] for k in written if k in got} == {k: v for k, v in written.items() if k in got}

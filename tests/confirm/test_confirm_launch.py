@@ -1,81 +1,59 @@
-"""One confirm launch's failure paths with real subprocesses: a command that exits non-zero, one that hangs and is
-killed with its whole process group at the timeout, one that prints an OOM line; and torch.distributed.run
-launching ranks with the environment and port the stage gives them."""
+"""The confirm stage's launch group with real subprocesses (confirm.group over confirm.rank_runner, ranks started by
+torch.distributed.run on CPU): each launch a process forked from a rank runner that imported once, with its own
+folder, port and log; a launch that exits non-zero, hangs (killed whole at its timeout, the group going on), prints
+an OOM line, or stops short is recorded with its reason; a rank that fails stops its peers at once."""
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from tptune.confirm.command import LAUNCH_ENV, launch_env, launcher_argv
-from tptune.confirm.launch import run_launch
+from tptune.confirm.group import LaunchGroup
 
 PY = sys.executable
 
 
-def _run(tmp_path, code, timeout_s=20.0, name="x"):
-    return run_launch(lambda port: [PY, "-c", code], lambda tmp: launch_env(dict(os.environ), tmp), setting=name,
-                      round_=0, position=0, log_path=tmp_path / f"{name}.log", timeout_s=timeout_s, iters=30,
-                      timed_from=10)
+def _group(tmp_path, nproc=2):
+    script = tmp_path / "launch.py"
+    # each launch's argv is one line of Python the stand-in script runs (the rank runner's path entry)
+    script.write_text("import sys\nexec(sys.argv[1])\n")
+    env = {k: v for k, v in launch_env(dict(os.environ), "").items() if k != "TMPDIR"}
+    return LaunchGroup(lambda port, q: launcher_argv(nproc, port) + [q, "--entry", str(script)], env, nproc,
+                       startup_timeout_s=120)
 
 
-def test_a_non_zero_exit_is_recorded_with_its_error_lines(tmp_path):
-    r = _run(tmp_path, "import sys; print('hello'); print('RuntimeError: boom', file=sys.stderr); sys.exit(3)")
-    assert r.status == "failed" and r.returncode == 3
-    assert r.failure["kind"] == "exit" and r.failure["why"] == "exit status 3 after 0 of 30 iterations"
-    assert r.failure["lines"] == ["RuntimeError: boom"]
+def _run(g, tmp_path, code, timeout_s=30.0, name="x"):
+    return g.run(setting=name, round_=0, position=0, argv=[code], env=None, timeout_s=timeout_s,
+                 log_path=tmp_path / f"{name}.log", rel_to=None, iters=30, timed_from=10, timing_name=None)
 
 
-def test_a_hang_is_killed_with_its_process_group_at_the_timeout(tmp_path):
-    # the launcher starts a child that would outlive it; both must be gone when the launch returns
-    code = ("import subprocess, sys, time; "
-            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-            "print(c.pid, flush=True); time.sleep(600)")
-    t0 = time.monotonic()
-    r = _run(tmp_path, code, timeout_s=2.0)
-    assert time.monotonic() - t0 < 20
-    assert r.status == "failed" and r.failure["kind"] == "timeout"
-    assert r.failure["why"].startswith("hung: killed at the 2 s timeout")
-    child = int((tmp_path / "x.log").read_text().split()[0])
-    time.sleep(0.2)
-    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
-
-
-def test_an_oom_line_names_the_failure(tmp_path):
-    r = _run(tmp_path, "import sys; print('[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                       "2.00 GiB'); sys.exit(1)")
-    assert r.failure["kind"] == "oom" and "CUDA out of memory" in r.failure["lines"][0]
-
-
-def test_exit_zero_without_every_iteration_is_a_failure(tmp_path):
-    r = _run(tmp_path, "print(' iteration        1/      30 | elapsed time per iteration (ms): 5.0 | lm loss: "
-                       "1.0E+01 |')")
-    assert r.status == "failed" and r.failure["kind"] == "incomplete" and len(r.iterations) == 1
-
-
-def test_each_launch_gets_its_own_temp_folder_and_the_required_environment(tmp_path):
-    code = ("import json, os, tempfile; open(os.path.join(os.getcwd(), 'left-behind'), 'w').write('x'); "
-            "print(json.dumps({'cwd': os.getcwd(), 'tmp': tempfile.gettempdir(), "
-            "'env': {k: os.environ.get(k) for k in %r}}))" % (list(LAUNCH_ENV) + ["NVTE_FWD_LAYERNORM_SM_MARGIN"]))
-    os.environ["NVTE_FWD_LAYERNORM_SM_MARGIN"] = "20"
+def test_launches_run_in_turn_and_failures_are_recorded_while_the_group_goes_on(tmp_path):
+    g = _group(tmp_path)
     try:
-        a, b = _run(tmp_path, code, name="a"), _run(tmp_path, code, name="b")
+        r = _run(g, tmp_path, "import sys; print('RuntimeError: boom', file=sys.stderr); sys.exit(3)", name="exit")
+        assert r.status == "failed" and r.returncode == 3 and r.failure["kind"] == "exit"
+        assert r.failure["why"] == "exit status 3 after 0 of 30 iterations"
+        assert "RuntimeError: boom" in r.failure["lines"]
+        r = _run(g, tmp_path, "print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB')",
+                 name="oom")
+        assert r.status == "failed" and r.failure["kind"] == "oom" and r.returncode == 0
+        r = _run(g, tmp_path, "import time; time.sleep(60)", timeout_s=3, name="hang")
+        assert r.status == "failed" and r.failure["kind"] == "timeout" and r.wall_s < 30
+        assert r.failure["why"].startswith("hung: killed at the 3 s timeout")
+        # one rank fails at once, its peer would wait in a collective: it is stopped, not left to its timeout
+        r = _run(g, tmp_path, "import os, sys, time\nif os.environ['RANK'] == '0': sys.exit(5)\ntime.sleep(60)",
+                 timeout_s=120, name="peer")
+        assert r.status == "failed" and r.returncode == 5 and r.wall_s < 60
+        # the group is alive after all of it, each launch saw its own folder, port and the required variables
+        r = _run(g, tmp_path, "import os, json; print(json.dumps({k: os.environ.get(k) for k in "
+                 f"{sorted(LAUNCH_ENV)} + ['TMPDIR', 'MASTER_PORT', 'RANK', 'WORLD_SIZE']}}), os.getcwd())", name="env")
+        assert g.alive() and g.mode() == "fork"
+        lines = [x for x in Path(tmp_path / "env.log").read_text().splitlines() if x.startswith("{")]
+        seen = [json.loads(x.split("} ")[0] + "}") for x in lines]
+        assert sorted(s["RANK"] for s in seen) == ["0", "1"] and all(s["WORLD_SIZE"] == "2" for s in seen)
+        assert all(s[k] == v for s in seen for k, v in LAUNCH_ENV.items())
+        assert len({s["TMPDIR"] for s in seen}) == 1 and "tptune-confirm-group-" in seen[0]["TMPDIR"]
+        assert r.status == "failed" and r.failure["why"] == "exit status 0 but 0 of 30 iterations logged"
     finally:
-        del os.environ["NVTE_FWD_LAYERNORM_SM_MARGIN"]
-    seen = [json.loads((tmp_path / f"{n}.log").read_text()) for n in "ab"]
-    assert seen[0]["cwd"] != seen[1]["cwd"] and all(s["cwd"] == s["tmp"] for s in seen)
-    assert not Path(seen[0]["cwd"]).exists()                     # removed with what the launch left in it
-    assert all(s["env"] == {**LAUNCH_ENV, "NVTE_FWD_LAYERNORM_SM_MARGIN": None} for s in seen)
-
-
-def test_torchrun_starts_nproc_ranks_on_the_given_port(tmp_path):
-    entry = tmp_path / "rank.py"
-    entry.write_text("import os\nprint('rank', os.environ['RANK'], os.environ['WORLD_SIZE'], "
-                     "os.environ['MASTER_PORT'], os.environ['UB_SKIPMC'], flush=True)\n")
-    ports = []
-    r = run_launch(lambda port: ports.append(port) or launcher_argv(2, port, entry),
-                   lambda tmp: launch_env(dict(os.environ), tmp), setting="t", round_=0, position=0,
-                   log_path=tmp_path / "t.log", timeout_s=60, iters=1, timed_from=1)
-    lines = sorted(x for x in (tmp_path / "t.log").read_text().splitlines() if x.startswith("rank"))
-    assert r.returncode == 0
-    assert lines == [f"rank {k} 2 {ports[0]} 1" for k in (0, 1)]
+        g.close()
+    assert not g.tmp.exists()

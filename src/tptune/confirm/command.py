@@ -136,6 +136,15 @@ def launch_env(base: dict[str, str], tmp: str | Path) -> dict[str, str]:
     return env
 
 
+def add_tptune_args(parser):
+    """tptune's training entry's own options, added to Megatron-LM's parser (confirm.trainer)."""
+    g = parser.add_argument_group("tptune", "tptune's confirm entry")
+    g.add_argument("--tptune-timing", default=None, help="rank 0 writes the GPU-timed iterations here (JSON)")
+    g.add_argument("--tptune-packed", default=None, help="packed THD micro-batches: JSON {capacity, bins}")
+    g.add_argument("--tptune-data-seed", type=int, default=1234, help="the data's seed")
+    return parser
+
+
 def entry_args(*, seed: int, packed: str | Path | None = None) -> list[str]:
     """tptune's training entry's own arguments (confirm.trainer): its GPU-timed iterations written to the
     launch's folder (``{workdir}``, filled in per launch), the data seed, packed micro-batches when given."""

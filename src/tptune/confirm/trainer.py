@@ -36,15 +36,8 @@ from megatron.training import get_args, pretrain
 from megatron.training.argument_utils import pretrain_cfg_container_from_args
 from megatron.training.arguments import core_transformer_config_from_args, parse_and_validate_args
 
+from tptune.confirm.command import add_tptune_args
 from tptune.confirm.train_data import PackedSamples, ProgressionSamples
-
-
-def add_tptune_args(parser):
-    g = parser.add_argument_group("tptune", "tptune's confirm entry")
-    g.add_argument("--tptune-timing", default=None, help="rank 0 writes the GPU-timed iterations here (JSON)")
-    g.add_argument("--tptune-packed", default=None, help="packed THD micro-batches: JSON {capacity, bins}")
-    g.add_argument("--tptune-data-seed", type=int, default=1234, help="the data's seed")
-    return parser
 
 
 def model_provider(pre_process=True, post_process=True, vp_stage=None, config=None, pg_collection=None):
@@ -134,7 +127,27 @@ def forward_step(data_iterator, model):
     return out, partial(loss_func, batch["loss_mask"])
 
 
+def use_prebuilt_dataset_helpers() -> None:
+    """Rank 0's initialisation runs ``make`` in megatron/core/datasets to build the dataset helpers, and the
+    megatron-core wheel ships them prebuilt (``helpers_cpp``) but no Makefile, so make fails and the launch exits
+    before the model is built. Where the prebuilt helpers import, the build is skipped (and said so); elsewhere
+    Megatron's own build runs as before."""
+    from megatron.core.datasets import utils
+
+    build = utils.compile_helpers
+
+    def compile_helpers():
+        try:
+            from megatron.core.datasets import helpers_cpp  # noqa: F401
+        except ImportError:
+            return build()
+        print("> tptune: megatron.core.datasets.helpers_cpp imports (the wheel's prebuilt build): no make", flush=True)
+
+    utils.compile_helpers = compile_helpers
+
+
 def main(argv: list[str] | None = None) -> None:
+    use_prebuilt_dataset_helpers()
     if argv is not None:
         sys.argv = [sys.argv[0]] + list(argv)
     args = parse_and_validate_args(extra_args_provider=add_tptune_args,
