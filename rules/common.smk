@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError, TptuneError
-from tptune.measure.preflight import resolve_here
+from tptune.measure.preflight import cpu_notes, resolve_here
 from tptune.records import progress, run_lock
 from tptune.records.run_dir import SESSION_JSON, RunDir, layer_session_name, point_session_name, step_session_name
 from tptune.search import measurement as wm
@@ -24,6 +24,16 @@ try:
                                          or os.environ.get("TPTUNE_SUBMIT_ONLY") == "1"))
 except ConfigError as exc:
     raise WorkflowError(str(exc)) from None
+
+# Without a GPU: a model far larger than the CPU default, or --resources gpus=N beyond the CPU worker pool,
+# is said once, before any job (measure.preflight.cpu_notes).
+if workflow.is_main_process:
+    try:
+        _GPUS_RESOURCE = int(workflow.global_resources["gpus"].value)
+    except (KeyError, AttributeError, TypeError, ValueError):
+        _GPUS_RESOURCE = None
+    for _note in cpu_notes(S, _GPUS_RESOURCE):
+        print(_note, file=sys.stderr)
 
 # Every path inside the run folder comes from R (records.run_dir.RunDir); the rules give it wildcards
 # ("{op}", "{tp}", ...) where they name a pattern.

@@ -48,3 +48,11 @@ def test_a_config_json_at_the_root_is_named_by_its_architecture(tmp_path):
     from tptune.model.spec import parse_model
     raw = json.loads((tmp_path / "config.json").read_text())
     assert parse_model(raw, "/config.json", WL).model.name == "MistralForCausalLM"
+
+
+def test_the_cpu_defaults_work_is_the_tiny_models():
+    """model.plan.CPU_DEFAULT_GFLOP, which a CPU run's size warning and estimate scale by, is the tiny model's at
+    every TP."""
+    from tptune.model.plan import CPU_DEFAULT_GFLOP, iteration_gflop
+    tiny = load_model(ROOT / "config" / "models" / "tiny.yaml", {"seq_length": 512, "micro_batch_size": 1, "dtype": "fp32"})
+    assert all(abs(iteration_gflop(tiny, tp) - CPU_DEFAULT_GFLOP) < 1e-9 for tp in (1, 2, 4))

@@ -140,6 +140,9 @@ def cmd_validate(a) -> int:
         print(s.ops_note)
     for t in s.traps():     # what would switch TP overlap off in training (errors were refused above)
         print(t.line)
+    from tptune.measure.preflight import cpu_notes
+    for line in cpu_notes(s):   # a CPU run of a model far larger than the CPU default
+        print(line)
     return 0
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tptune.errors import ConfigError
 from tptune.measure import nvml
-from tptune.measure.gpupool import available_ids, slurm_allocation
+from tptune.measure.gpupool import available_ids, cpu_slot_ids, slurm_allocation
+from tptune.model.plan import cpu_size_ratio
 from tptune.settings.resolve import Host, Settings, resolve
 from tptune.te.fp8 import device_capability, recipe_device_problem
 
@@ -92,3 +93,32 @@ def node_problems(tps: list[int], gpu_ids: list[str], cpu_slots: int) -> list[st
     return [f"field 'tp_sizes': no GPU here, so ranks run on CPU worker slots, and launcher.cpu_slots = "
             f"{cpu_slots} slot(s) cannot hold the TP sizes asked {tps} (TP={', '.join(map(str, too_big))}). "
             f"Lower tp_sizes or raise launcher.cpu_slots"]
+
+
+CPU_WARN_RATIO = 10.0     # a model this many times the CPU default's work per iteration is warned about
+
+
+def cpu_notes(s: Settings, gpus_resource: int | None = None) -> list[str]:
+    """What a run without a GPU should say before it starts (the workflow at parse time, tptune validate): a
+    model whose ops take CPU_WARN_RATIO times the CPU default's GEMM work per iteration or more (its run takes
+    that many times the default's 1 to 2 minutes: hours for an 8B model), and Snakemake's ``--resources
+    gpus=N`` (``gpus_resource``) beyond the CPU worker pool, which counts slots, not GPUs. [] on a GPU run."""
+    if s.device == "cuda":
+        return []
+    out = []
+    tp = min(s.tp_sizes)
+    ratio = cpu_size_ratio(s.model, tp, s.ops)
+    if ratio >= CPU_WARN_RATIO:
+        out.append(f"tptune: the CPU path (backend torch over gloo, no GPU here) is for running the whole machinery "
+                   f"anywhere, not for measuring a model to train: {s.model.model.name}'s ops take {ratio:.0f}× the "
+                   f"CPU default's GEMM work per iteration (TP {tp}), so expect this run to take about {ratio:.0f}× "
+                   "the default's 1 to 2 minutes. Measure it on a GPU node (backend te); try the CPU path with "
+                   "config/models/tiny.yaml")
+    slots = len(cpu_slot_ids(s.launcher.cpu_slots))
+    if gpus_resource is not None and gpus_resource > slots:
+        out.append(f"tptune: no GPU here: the measuring jobs share {slots} CPU worker slots (the cores this process "
+                   f"may run on, at most launcher.cpu_slots = {s.launcher.cpu_slots}), and --resources "
+                   f"gpus={gpus_resource} counts them as GPUs: Snakemake may start more measuring jobs at once than "
+                   f"the pool holds, and those beyond it wait for a slot. --cores {slots} --resources gpus={slots} "
+                   "runs as many as it holds")
+    return out

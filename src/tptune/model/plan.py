@@ -78,3 +78,20 @@ def plan_summary(plan: pl.DataFrame) -> pl.DataFrame:
             .agg(pl.col("gflops").sum(), pl.col("comm_traffic_mib").sum(),
                  pl.col("est_gemm_ms").sum(), pl.col("est_comm_ms").sum(),
                  pl.col("est_serial_ms").sum(), pl.col("est_overlapped_ms").sum()))
+
+
+# The CPU default (config/models/tiny.yaml at seq 512, mbs 1): the GEMM FLOPs of one fwd+bwd iteration of its
+# four ops, summed over the ranks (the same at every TP), in GFLOP. It runs in 1 to 2 minutes on 2 cores
+# (README); tests/model/test_model_name.py holds this to the file.
+CPU_DEFAULT_GFLOP = 9.663676416
+
+
+def iteration_gflop(mc: ModelConfig, tp: int, ops=OPS) -> float:
+    """The GEMM GFLOP of one fwd+bwd iteration of ``ops`` at ``tp``, summed over the ranks."""
+    return sum(g.flops for op in ops for g in op_gemms(op, tp, mc)) * tp / 1e9
+
+
+def cpu_size_ratio(mc: ModelConfig, tp: int, ops=OPS) -> float:
+    """How many times the CPU default's GEMM work one iteration of this model's ops is (iteration_gflop): what
+    a CPU run's rounds take longer by, roughly."""
+    return iteration_gflop(mc, tp, ops) / CPU_DEFAULT_GFLOP

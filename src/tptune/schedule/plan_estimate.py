@@ -21,6 +21,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from tptune.model.plan import cpu_size_ratio
 from tptune.schedule import measured as ms
 from tptune.schedule.simulate import Job, Node, simulate
 from tptune.schedule.wall_fit import load_table, member_round_s
@@ -125,7 +126,7 @@ def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession]
         budget = int(budget or 4)
         rounds = min(budget, max(int(lo or 1), math.ceil(budget * share)))
         per_mr, _ = member_round_s(table, kind, tp)
-        out.append(PlannedSession(name, tp, kind, members, rounds, members * rounds * per_mr))
+        out.append(PlannedSession(name, tp, kind, members, rounds, members * rounds * per_mr * cpu_scale(s, tp)))
 
     for tp in s.tp_sizes:
         for op in s.ops:
@@ -148,6 +149,12 @@ def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession]
                                       members=x.members, rounds=x.rounds, gpu_ids=None)
                    for i, x in enumerate(out)]
     return as_measured, out
+
+
+def cpu_scale(s: Settings, tp: int) -> float:
+    """What a CPU run's member-rounds take beyond the fit's: its ops' GEMM work per iteration over the CPU
+    default's (model.plan.cpu_size_ratio), never below 1; 1 on GPUs."""
+    return 1.0 if s.device == "cuda" else max(1.0, cpu_size_ratio(s.model, tp, s.ops))
 
 
 def confirm_seconds(s: Settings, table: dict) -> tuple[float, str | None]:
@@ -201,6 +208,9 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) ->
              "the search where nothing moves (every setting ties)"]
     if rough:
         notes.append("rough: seconds per member-round fitted on GPU runs, this run measures on CPU")
+    if s.device != "cuda" and (r := cpu_scale(s, min(s.tp_sizes))) > 1:
+        notes.append(f"on CPU each member-round costed {r:.0f}× the fit's: the model's GEMM work per iteration over "
+                     "the CPU default's")
     confirm_s, confirm_note = confirm_seconds(s, table)
     if confirm_note:
         notes.append(confirm_note)
