@@ -14,7 +14,9 @@ The block-level winner is the tuned combination unless a reference beats it beyo
 the fastest such reference, and the report says so. The fastest combination is where the per-op
 finalists (stats.finalists: faster than the cheaper pick beyond the noise, within the margin) meet the
 block: it wins when it is faster than the tuned combination beyond the noise (tuned / fastest entirely
-above 1), within the margin or not; otherwise the tuned one stays.
+above 1), within the margin or not; otherwise the tuned one stays. The same rounds choose the file and
+measure it, so the record adds the file's figures on rounds that did not choose it (``held_out``:
+decide.held_out, each round scored by the choice made without it).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tptune.cases import Case, make_case, parse_case_id
+from tptune.decide.held_out import held_out
 from tptune.decide.tp_point import best_at, ub_cfgs_at
 from tptune.model.ops import COLUMN_OPS
 from tptune.records.measured_point import MeasuredPoint
@@ -194,6 +197,33 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
     # the block's bound without its burn-in round, as every figure the bound enters (stats.bound)
     pts = {c: burned_in(p.slim()) if is_bound(c) else p.slim() for c, p in runs.items()}
     floor = s.decision.noise_floor
+    rows, winner, reason, numerics_failed = _choose(pts, runs, tuned_id, tp, floor)
+    if winner not in (tuned_id, None):
+        # the file holds the winner: the user's figures are it against each reference, from this session
+        for row in rows:
+            if row["case"] != winner:
+                row["file_vs"] = _versus(pts[winner], pts[row["case"]], floor)
+    num_layers = int(s.layer.num_layers)
+    # the bound is no comparison
+    compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id and r["variant"] != "nocomm")
+    out = {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
+           "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
+           "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "compared": compared,
+           "settings": rows}
+    if winner is not None:
+        # the file's figures on rounds that did not choose it (decide.held_out: leave one round out)
+        ho = held_out(pts, winner, lambda fold: _choose(fold, runs, tuned_id, tp, floor)[1]
+                      if tuned_id in fold else None, floor)
+        if ho is not None:
+            out["held_out"] = ho
+    return out
+
+
+def _choose(pts: dict[str, MeasuredPoint], runs: dict[str, MeasuredPoint], tuned_id: str, tp: int,
+            floor: float) -> tuple[list[dict], str | None, str, bool]:
+    """(the block's rows, the setting the file holds, why, whether no setting passed its numerics) from the
+    block session's points ``pts`` (the bound burned in; ``runs`` as recorded, for numerics and host
+    evidence): the block-level choice (module doc)."""
     tuned = pts[tuned_id]
     rows = []
     for cid, p in pts.items():
@@ -257,18 +287,7 @@ def layer_record(s, tp: int, session: Session, tuned_id: str) -> dict:
     if by_recipe:
         reason += (f"; {', '.join(by_recipe)} beat{'s' if len(by_recipe) == 1 else ''} it beyond the noise with "
                    "its recipe's environment, which no file of the set carries: measured, never written")
-    if winner not in (tuned_id, None):
-        # the file holds the winner: the user's figures are it against each reference, from this session
-        for row in rows:
-            if row["case"] != winner:
-                row["file_vs"] = _versus(pts[winner], pts[row["case"]], floor)
-    num_layers = int(s.layer.num_layers)
-    # the bound is no comparison
-    compared = any(r["median_ms"] for r in rows if r["case"] != tuned_id and r["variant"] != "nocomm")
-    return {"tp": tp, "session": sess["session"], "rounds": sess["rounds"], "stop": sess["stop"],
-            "num_layers": num_layers, "tuned": tuned_id, "built": block_layers(s.model.model, num_layers),
-            "winner": winner, "reason": reason, "numerics_failed": numerics_failed, "compared": compared,
-            "settings": rows}
+    return rows, winner, reason, numerics_failed
 
 
 def _versus(a: MeasuredPoint, b: MeasuredPoint, floor: float, failed: str | None = None) -> dict:

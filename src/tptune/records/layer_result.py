@@ -20,21 +20,24 @@ class LayerResult:
     compared: bool               # the block compared the tuned combination with something
     settings: tuple[dict, ...]   # one row per measured case, as layer_record wrote it
     pooled: dict | None = None   # stats.pooled.block_pooled, set by decide.answer (decisions.json only)
+    held_out: dict | None = None   # the file on rounds that did not choose it (decide.held_out); None: recorded before
 
     @classmethod
     def from_dict(cls, d: dict) -> LayerResult:
         return cls(tp=d["tp"], session=d["session"], rounds=d["rounds"], stop=d["stop"],
                    num_layers=d["num_layers"], tuned=d["tuned"], built=tuple(d["built"]), winner=d["winner"],
                    reason=d["reason"], numerics_failed=d["numerics_failed"], compared=d["compared"],
-                   settings=tuple(d["settings"]), pooled=d.get("pooled"))
+                   settings=tuple(d["settings"]), pooled=d.get("pooled"), held_out=d.get("held_out"))
 
     def to_dict(self) -> dict:
-        """The record as layer/tp<N>.json holds it, with ``pooled`` last where set (decisions.json
-        meta["layer"])."""
+        """The record as layer/tp<N>.json holds it (``held_out`` where recorded), with ``pooled`` last where
+        set (decisions.json meta["layer"])."""
         out = {"tp": self.tp, "session": self.session, "rounds": self.rounds, "stop": self.stop,
                "num_layers": self.num_layers, "tuned": self.tuned, "built": list(self.built),
                "winner": self.winner, "reason": self.reason, "numerics_failed": self.numerics_failed,
                "compared": self.compared, "settings": list(self.settings)}
+        if self.held_out is not None:
+            out["held_out"] = self.held_out
         if self.pooled is not None:
             out["pooled"] = self.pooled
         return out

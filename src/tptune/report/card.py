@@ -192,10 +192,20 @@ def _block(meta: dict, margin: float, run: RunDir) -> dict | None:
     best = max(presets, key=lambda x: (x["ratio"] or {}).get("ratio") or 0.0) if presets else None
     # where the file holds another setting than the tuned one: it against each reference, this session only
     # (the pooled sessions measured the tuned combination)
+    # held out (decide.held_out): each round scored by the file the block chooses without that round
+    held = (rec.held_out or {}).get("vs") or {}
     file_rows = [{"variant": row["variant"], "ratio": row["file_vs"].get("ratio"), "words": row["file_vs"]["words"],
-                  "tuned": row["case"] == rec.tuned}
+                  "tuned": row["case"] == rec.tuned, "held_out": held.get(row["variant"])}
                  for row in rec.settings if row.get("file_vs") and row["variant"] != "nocomm"
                  and row.get("status") in (None, "ok") and row.get("median_ms")]
+    # where the block keeps the tuned combination but a round's choice without it would not have: the held-out
+    # figures against the references the tuned table shows
+    other_choice = None
+    if rec.held_out and not rec.held_out.get("same") and not file_rows:
+        shown = [r["variant"] for r in refs] + ([best["variant"]] if best else [])
+        other_choice = {"rounds": [int(r) for r, c in rec.held_out["choices"].items() if c != rec.winner],
+                        "chose": sorted({c for c in rec.held_out["choices"].values() if c != rec.winner} - {None}),
+                        "rows": [{"variant": v, **held[v]} for v in shown if v in held]}
     unproven = sum((r.get("host_batches") or {}).get("failed", 0) for r in rec.settings)
     batches = sum((r.get("host_batches") or {}).get("batches", 0) for r in rec.settings)
     holds, holds_words = _holds(rec.winner, run)
@@ -203,7 +213,7 @@ def _block(meta: dict, margin: float, run: RunDir) -> dict | None:
             "holds": holds, "holds_words": holds_words,
             "numerics_failed": rec.numerics_failed, "references": refs, "best_preset": best, "own": own,
             "presets": presets, "rounds": rec.rounds, "host_failed": unproven, "host_batches": batches,
-            "file_rows": file_rows}
+            "file_rows": file_rows, "held_out": rec.held_out is not None, "held_out_other": other_choice}
 
 
 def _confidence(decisions: dict, s, failures: list[dict], block: dict | None) -> list[str]:
