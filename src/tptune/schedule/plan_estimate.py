@@ -162,13 +162,15 @@ def confirm_seconds(s: Settings, table: dict) -> tuple[float, str | None]:
     fitted = table.get("confirm")
     if not (s.confirm.enabled and s.backend == "te"):
         return 0.0, None
-    launches = s.confirm.rounds * 3
+    launches = s.confirm.rounds * 4        # the fewest rounds of [set, preset, nemo_tp4, none]
     if not fitted:
         return 0.0, "the confirm stage not counted: no committed confirm.json to cost its launches with"
     per = fitted["launch_start_s"] + s.confirm.iters * fitted["iteration_s"]
-    return launches * per, (f"the confirm stage: {launches} launches of {per:.0f} s (the median start-up of "
-                            f"{fitted['launches']} committed launches, {fitted['launch_start_s']:.0f} s, and "
-                            f"{s.confirm.iters} iterations at their median {fitted['iteration_s']:.2f} s)")
+    total = max(launches * per, s.confirm.budget_s)
+    return total, (f"the confirm stage: its fewest {launches} launches of {per:.0f} s (the median start-up of "
+                   f"the committed launches and {s.confirm.iters} iterations at their median "
+                   f"{fitted['iteration_s']:.2f} s), or its {s.confirm.budget_s:.0f} s budget where that is longer: "
+                   "rounds are added until the headline ratios resolve or the budget ends")
 
 
 def _widths(tps: list[int], slots: int, cpu: bool) -> tuple[int, dict[int, int]]:
