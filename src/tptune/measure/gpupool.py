@@ -10,17 +10,24 @@ Which ids exist at all depends on where the process runs:
   allocation without GPUs has none, whatever the submitting shell exported;
 - elsewhere, ``CUDA_VISIBLE_DEVICES`` if set, else every GPU the driver lists.
 Without an NVIDIA driver there are no GPUs, whatever the variables say.
+
+The pool's folder (``pool_folder``: ``<launcher.pool_dir>/<user>/<scope>``, default under world-writable /tmp)
+holds the lock files and the warm worker groups' registry and sockets: it is made private to the user and a
+folder another user could write is refused; a lock file is never opened through a link (issue 54).
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Mapping
 
+from tptune.errors import TptuneError
 from tptune.measure.console import say
+from tptune.records.files import open_lock, owner_name, private_folder
 
 _DRIVER_GPUS = Path("/proc/driver/nvidia/gpus")
 _PROBE = object()
@@ -136,18 +143,45 @@ def pool_scope(env: Mapping[str, str] | None = None) -> str:
     return f"slurm-{alloc['job_id']}" + (f".{alloc['step_id']}" if alloc["step_id"] not in (None, "") else "")
 
 
+def pool_folder(pool_dir: str, env: Mapping[str, str] | None = None) -> Path:
+    """This user's folder of the machine's pool, ``<pool_dir>/<user>/<scope>`` (pool_scope), made where
+    missing: the lock files' folder and the worker groups' registry and sockets. ``pool_dir`` (the setting
+    launcher.pool_dir) may be shared, as /tmp is: it must be owned by this user or root, and writable by
+    others only with the sticky bit (nobody may then rename another's folder in it). The user's folder and
+    the scope's are private (records.files.private_folder). Else TptuneError naming launcher.pool_dir."""
+    env = os.environ if env is None else env
+    base = Path(pool_dir)
+    try:
+        base.mkdir(parents=True, mode=0o700, exist_ok=True)
+        st = os.stat(base)      # the setting may name a link (a scratch folder): its target is judged
+    except OSError as exc:
+        raise TptuneError(f"field 'launcher.pool_dir' = {pool_dir!r}: cannot make the folder ({exc.strerror}): "
+                          "give a folder you may write (default /tmp/tptune-pool)") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise TptuneError(f"field 'launcher.pool_dir' = {pool_dir!r}: not a folder")
+    if st.st_uid not in (os.getuid(), 0):
+        raise TptuneError(f"field 'launcher.pool_dir' = {pool_dir!r}: belongs to {owner_name(st.st_uid)}, who could "
+                          "replace your pool folder in it; give a launcher.pool_dir of your own")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise TptuneError(f"field 'launcher.pool_dir' = {pool_dir!r}: group or others may write it (mode "
+                          f"{oct(stat.S_IMODE(st.st_mode))}) without the sticky bit (as /tmp has): anyone could "
+                          "replace your pool folder in it; chmod +t it, or give a folder of your own")
+    user = private_folder(base / (env.get("USER") or str(os.getuid())), "launcher.pool_dir")
+    return private_folder(user / pool_scope(env), "launcher.pool_dir")
+
+
 class GpuPool:
     def __init__(self, lock_dir: str | Path, ids: list[str], allowed: list[str] | None = None):
         """``ids``: the pool. ``allowed``: when given (e.g. ``scheduler_gpu_ids()`` inside Slurm), the
         pool keeps only those ids, so it never hands out one outside the allocation."""
         self.lock_dir = Path(lock_dir)
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        self.lock_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
         self.ids = [i for i in ids if allowed is None or i in allowed]
         self.last_wait_s = 0.0
         self.last_wait_by: str | None = None   # who held the pool through the last wait: own | other | own+other
 
     def _try_lock(self, gid: str, owner: str = ""):
-        fh = open(self.lock_dir / f"gpu{gid}.lock", "a+")
+        fh = open_lock(self.lock_dir / f"gpu{gid}.lock")     # never through a planted link
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -21,7 +21,7 @@ from pathlib import Path
 from tptune import __version__
 from tptune.cases import Case
 from tptune.measure.envinfo import launch_env
-from tptune.measure.gpupool import GpuPool, count_gpus, cpu_slot_ids, pool_scope, visible_ids
+from tptune.measure.gpupool import GpuPool, count_gpus, cpu_slot_ids, pool_folder, visible_ids
 from tptune.measure.session_spec import SessionSpec
 from tptune.model.spec import ModelConfig
 from tptune.settings.resolve import Settings
@@ -169,9 +169,9 @@ class Launcher:
         self.backend = s.backend
         self.device = s.device  # cpu | cuda
         self.lc = lc = s.launcher
-        # one namespace per Slurm allocation: two jobs on a node may both see their GPUs as 0, 1, ...
-        self.pool_dir = Path(lc.pool_dir) / os.environ.get("USER", str(os.getuid())) / pool_scope()
-        self.pool_dir.mkdir(parents=True, exist_ok=True)
+        # one namespace per Slurm allocation: two jobs on a node may both see their GPUs as 0, 1, ...; private
+        # to this user (lock files and sockets in world-writable /tmp), else refused naming launcher.pool_dir
+        self.pool_dir = pool_folder(lc.pool_dir)
         if self.device == "cuda":
             ids = visible_ids(count_gpus())
         else:

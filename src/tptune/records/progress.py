@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tptune.errors import TptuneError
+from tptune.records.files import open_no_follow
 from tptune.records.run_dir import RunDir
 
 KINDS = ("steps", "points", "blocks")
@@ -36,11 +38,12 @@ def session_kind(name: str) -> str:
 
 
 def append(path: Path, event: dict) -> bool:
-    """One line, in one write (module doc); False where it could not be written."""
+    """One line, in one write (module doc); False where it could not be written, or where a link or another
+    non-regular file stands at ``path`` (never written through: records.files.open_no_follow)."""
     line = (json.dumps(event, sort_keys=True) + "\n").encode()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    except OSError:
+        fd = open_no_follow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except (OSError, TptuneError):
         return False
     try:
         return os.write(fd, line) == len(line)

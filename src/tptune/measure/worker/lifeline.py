@@ -20,6 +20,9 @@ import sys
 import threading
 from pathlib import Path
 
+from tptune.errors import TptuneError
+from tptune.records.files import open_lock
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -47,7 +50,7 @@ class Busy:
     """rank 0's busy lock: held from a request's arrival to its answer."""
 
     def __init__(self, sock: str | Path):
-        self.fh = open(busy_path(sock), "a+")
+        self.fh = open_lock(busy_path(sock))     # never through a planted link
 
     def __enter__(self):
         fcntl.flock(self.fh, fcntl.LOCK_EX)
@@ -60,8 +63,8 @@ class Busy:
 def is_busy(sock: str | Path) -> bool:
     """Whether a group's rank 0 is computing a case now (its busy lock is held)."""
     try:
-        fh = open(busy_path(sock), "a+")
-    except OSError:
+        fh = open_lock(busy_path(sock))
+    except (OSError, TptuneError):      # none, or a link planted there (never opened through)
         return False
     with fh:
         try:
