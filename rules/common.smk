@@ -15,8 +15,13 @@ from tptune.records.run_dir import SESSION_JSON, RunDir, layer_session_name, poi
 from tptune.search import measurement as wm
 from tptune.search import steps as wf
 from tptune.settings import backend_defaults
+from tptune.settings.resolve import load_config_files
 
 try:
+    # Each --configfile read as tptune validate reads it (settings.resolve.load_config_files): a model file given
+    # as one is named as such with the run config line it belongs in, not one "unknown key" per model field.
+    for _f in getattr(workflow, "overwrite_configfiles", None) or ():
+        load_config_files(os.path.relpath(_f))
     # A dry run only plans, and a submit host (TPTUNE_SUBMIT_ONLY=1, e.g. a Slurm login node) only
     # submits: neither needs a GPU (the measuring jobs check the hardware they run on).
     S = resolve_here(config, source="run config (config/config.yaml + --configfile/--config)",

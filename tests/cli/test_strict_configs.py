@@ -199,7 +199,7 @@ def test_unknown_preset_is_refused_at_plan_time_naming_the_valid_ones(tmp_path):
     ({"tp_sizes": [2, 2]}, "field 'tp_sizes': 2 given more than once"),
     ({"faults": {"fc1-tp8-none": "raise:1"}}, "field 'faults.fc1-tp8-none': this run measures no such case"),
     ({"faults": {"fc1-tp2-none": "boom"}}, "field 'faults.fc1-tp2-none' = 'boom': expected \"raise:<rank>\""),
-    ({"launcher": {"cpu_slot": 2}}, "field 'launcher.cpu_slot': unknown key (expected one of pool_dir"),
+    ({"launcher": {"cpu_slot": 2}}, "field 'launcher.cpu_slot': unknown key (did you mean 'cpu_slots'? expected one of pool_dir"),
     ({"hardware": {"peak_tflop": 900}}, "field 'hardware.peak_tflop': unknown key"),
     ({"op_settings": {"fc1": {"timing": {"iters": "ten"}}}}, "field 'op_settings.fc1.timing.iters': matches none of its forms ('ten' is not of type 'integer'"),
     ({"op_settings": {"fc1": {"search": {"chunk": [2]}}}}, "field 'op_settings.fc1.search.chunk': unknown key"),

@@ -6,6 +6,7 @@ maximum, minItems, items, pattern, anyOf.
 """
 from __future__ import annotations
 
+import difflib
 import re
 
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "number": (int, float), "integer": int,
@@ -52,7 +53,9 @@ def problems(data, schema: dict, path: str = "") -> list[str]:
             if key in props:
                 out += problems(value, props[key], sub)
             elif schema.get("additionalProperties") is False:
-                out.append(f"field '{sub}': unknown key (expected one of {', '.join(props)})")
+                near = difflib.get_close_matches(str(key), list(props), n=1, cutoff=0.6)
+                out.append(f"field '{sub}': unknown key ({f'did you mean {near[0]!r}? ' if near else ''}"
+                           f"expected one of {', '.join(props)})")
     return out
 
 
