@@ -7,8 +7,9 @@ import importlib.util
 import os
 from pathlib import Path
 
-from tptune.errors import ConfigError
+from tptune.errors import ConfigError, TptuneError
 from tptune.measure import nvml
+from tptune.measure.gpupool import pool_folder
 from tptune.measure.gpupool import available_ids, cpu_slot_ids, slurm_allocation
 from tptune.model.plan import cpu_size_ratio
 from tptune.settings.resolve import Host, Settings, resolve
@@ -54,8 +55,14 @@ def resolve_here(config: dict, source: str = "config", base_dir: str | Path = ".
 
 def host_problems(s: Settings, host: Host, tps: list[int]) -> list[str]:
     """What this machine lacks for the run: GPUs and Transformer Engine for the te backend, GPUs (or CPU
-    worker slots) for its TP sizes, an FP8 recipe its GPU can run."""
+    worker slots) for its TP sizes, an FP8 recipe its GPU can run, a worker pool folder (launcher.pool_dir)
+    this user can make and keep private (gpupool.pool_folder: made here, as the run's first job would)."""
     out = []
+    if s.launcher.pool_dir is not None:
+        try:
+            pool_folder(s.launcher.pool_dir)
+        except TptuneError as exc:
+            out.append(str(exc))
     if s.backend == "te" and not host.gpu_ids:
         out.append("field 'backend': te needs CUDA GPUs and none are visible (use backend: torch; on a "
                    "submit host without GPUs, e.g. a Slurm login node, set TPTUNE_SUBMIT_ONLY=1)")

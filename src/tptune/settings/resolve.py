@@ -14,6 +14,7 @@ from tptune.cases import parse_variant
 from tptune.errors import ConfigError
 from tptune.model.memory import GIB, gpu_memory_bytes, workload_problems
 from tptune.model.memory import config_problems as memory_problems
+from tptune.model.documents import field_alias_problems, load_yaml
 from tptune.settings import backend_defaults
 from tptune.settings.blocks import (Confirm, Decision, Hardware, LauncherSettings, Layer, OpSettings, Parallel, Search,
                                     Timing, margins_problem, rounds_problem)
@@ -143,6 +144,10 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
     ``host``: what this machine offers (measure.preflight.probe_host): ``backend: auto`` and the device
     follow from it. Whether the machine can run what the config asks (GPUs, Transformer Engine, the
     FP8 recipe on this GPU) is measure.preflight's check, not this one."""
+    # before anything walks it: an alias bomb (a YAML file Snakemake loaded) would exhaust memory below
+    bombs = field_alias_problems(config) if isinstance(config, dict) else []
+    if bombs:
+        raise ConfigError(source, bombs)
     problems = _schema_problems(config)
     if problems:
         if any(re.match(r"field '[^'.]+': (unknown key|required but missing)", p) for p in problems):
@@ -233,6 +238,10 @@ def resolve(config: dict, host: Host, source: str = "config", base_dir: str | Pa
     if run.startswith("."):   # "." is outputs/ itself, ".." the checkout: a run is a folder inside outputs/
         raise ConfigError(source, [f"field 'run' = {run!r}: expected a folder name inside outputs/, not "
                                    "starting with '.'"])
+    if len(run) > MAX_RUN_NAME:   # a folder name: past 255 bytes Snakemake's run dies ("File name too long")
+        given = "" if config.get("run") else " (made from the model's name: set run: to a shorter name)"
+        raise ConfigError(source, [f"field 'run' = {run[:40]!r}... ({len(run)} characters){given}: expected at most "
+                                   f"{MAX_RUN_NAME} characters (it names the folder outputs/<run>/)"])
     return Settings(config=config, model=mc, backend=backend, device=device, run=run, ops_note=ops_note)
 
 
@@ -390,6 +399,7 @@ def _knob_search_problems(config: dict, backend: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+MAX_RUN_NAME = 128      # characters of a run's folder name (file systems allow 255 bytes, some fewer)
 MODEL_KEYS = ("hidden_size", "num_attention_heads", "num_layers", "num_hidden_layers", "architectures",
               "model_type", "ffn_hidden_size", "intermediate_size")
 
@@ -400,16 +410,17 @@ def load_config_files(*paths: str | Path) -> dict:
     for p in paths:
         p = Path(p)
         try:
-            raw = yaml.safe_load(p.read_text())
+            raw = load_yaml(p.read_text(), str(p))      # aliases bounded (model.documents)
         except FileNotFoundError:
             raise ConfigError(str(p), [f"file not found (expected {RUN_FILE_HINT})"]) from None
         except IsADirectoryError:
             raise ConfigError(str(p), [f"is a folder (expected {RUN_FILE_HINT})"]) from None
         except UnicodeDecodeError:
             raise ConfigError(str(p), [f"not a text file (expected {RUN_FILE_HINT})"]) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(str(p), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
-        if raw is not None and not isinstance(raw, dict):
+        if raw is None:    # snakemake refuses an empty --configfile ("keys at top level"): say so here
+            raise ConfigError(str(p), [f"empty: a run config gives at least the settings that differ from the "
+                                       f"defaults, e.g. model: <file> (expected {RUN_FILE_HINT})"])
+        if not isinstance(raw, dict):
             raise ConfigError(str(p), [f"expected a mapping of settings (key: value) at the top level, got a "
                                        f"{type(raw).__name__} (expected {RUN_FILE_HINT})"])
         if raw and any(k in raw for k in MODEL_KEYS):
