@@ -49,9 +49,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tptune.errors import ConfigError
+from tptune.model.documents import load_yaml
 
 # Bytes of the high-precision tensors (params, activations between GEMMs): fp8 keeps them bf16.
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
@@ -331,6 +330,71 @@ def _pick(raw: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
     return None, None
 
 
+# The type of every field a model file is read by (issue 54: num_moe_experts "8" or 8.0 was read as a dense
+# model, use_bias "false" as true, mlp_only_layers "0,1" a traceback): checked before the fields are read.
+# A value of the wrong type is named with the type expected and then read as absent (``_typed``); a null
+# is absent. Values are checked where they are read (a positive integer above 0, an activation's name).
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_KINDS = {
+    "int+": (_is_int, "a positive integer"),
+    "int": (_is_int, "an integer"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "ints": (lambda v: isinstance(v, list) and all(_is_int(x) for x in v), "a list of integers (layer indices)"),
+    "strs": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings"),
+}
+_SIZES = ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "num_layers", "vocab_size",
+          "padded_vocab_size", "num_key_value_heads", "head_dim", "q_lora_rank", "kv_lora_rank", "v_head_dim")
+_FLAGS = ("tie_word_embeddings", "untie_embeddings_and_output_weights", "share_embeddings_and_output_weights")
+MEGATRON_FIELD_TYPES = {
+    **dict.fromkeys(_SIZES + ("ffn_hidden_size", "num_query_groups", "kv_channels", "moe_router_topk",
+                              "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "qk_head_dim",
+                              "qk_pos_emb_head_dim"), "int+"),
+    **dict.fromkeys(("num_moe_experts", "num_experts", "mtp_num_layers"), "int"),    # 0: none
+    **dict.fromkeys(_FLAGS + ("gated_mlp", "gated_linear_unit", "swiglu", "add_qkv_bias", "add_bias_linear",
+                              "moe_shared_expert_overlap", "multi_latent_attention", "bf16", "fp16"), "bool"),
+    **dict.fromkeys(("activation", "name", "source"), "str"),
+}   # moe_layer_freq: an integer, a list or Megatron's string, read by _moe_freq
+HF_FIELD_TYPES = {
+    **dict.fromkeys(_SIZES + ("intermediate_size_mlp", "qk_nope_head_dim", "qk_rope_head_dim", "num_experts_per_tok",
+                              "experts_per_token", "moe_intermediate_size", "shared_expert_intermediate_size",
+                              "decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq"), "int+"),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "n_shared_experts",
+                     "first_k_dense_replace", "num_nextn_predict_layers"), "int"),      # 0: none
+    **dict.fromkeys(_FLAGS + ("attention_bias", "mlp_bias", "use_bias"), "bool"),
+    **dict.fromkeys(("model_type", "hidden_act", "hidden_activation", "name", "_name_or_path"), "str"),
+    "mlp_only_layers": "ints", "moe_layers": "ints", "architectures": "strs",
+}
+
+
+def _typed(raw: dict, types: dict[str, str], problems: list[str], bad: dict[str, str]) -> dict:
+    """``raw`` less its fields of the wrong type (``types``: field -> kind of _KINDS), each named in
+    ``problems`` and kept in ``bad`` (field -> its problem), so no reader misreads it or trips on it."""
+    out = {}
+    for key, value in raw.items():
+        kind = types.get(key)
+        if value is not None and kind is not None and not _KINDS[kind][0](value):
+            got = type(value).__name__
+            bad[key] = f"field '{key}' = {value!r}: expected {_KINDS[kind][1]}, got {got}"
+            problems.append(bad[key])
+            continue
+        out[key] = value
+    return out
+
+
+def _without_cascades(problems: list[str], bad: dict[str, str]) -> list[str]:
+    """``problems`` less those that follow from a mistyped field (read as absent): a required field called
+    missing, MoE fields called those of a dense model. Every other problem of the file stays."""
+    if not bad:
+        return problems
+    named = re.compile(r"(?<![\w])(" + "|".join(map(re.escape, bad)) + r")(?![\w])")
+    own = set(bad.values())
+    return [p for p in problems if p in own or not named.search(p)]
+
+
 # Upper bounds far above any model trained (405B dense: 126 layers, hidden 16384, 128 heads; vocabularies
 # to 256k; MoE to 512 experts): a value beyond is a typo, refused before planning touches it.
 MAXIMA = {"num_layers": 100_000, "num_hidden_layers": 100_000, "mtp_num_layers": 1_000,
@@ -488,10 +552,12 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
     if nemo:  # NeMo nests under model:
         raw = {**raw["model"], **{k: v for k, v in raw.items() if k != "model"}}
     problems: list[str] = []
+    bad: dict[str, str] = {}        # fields of the wrong type (_typed), read as absent
     hf = is_hf_config(raw)
     if hf:
-        raw, fields = _read_hf(raw, problems)
+        raw, fields = _read_hf(raw, problems, bad)
     else:
+        raw = _typed(raw, MEGATRON_FIELD_TYPES, problems, bad)
         fields = _read_megatron(raw, problems, strict=not nemo)
     if fields.get("activation") == ("silu" if fields.get("gated_mlp") else "gelu"):
         fields["activation"] = None     # the default: left out of the spec's dict (as before this field)
@@ -529,6 +595,7 @@ def parse_model(raw: dict, source: str = "<dict>", workload: dict | None = None)
     packed, sp = packed is True, sp is not False
 
     name = model_name(raw, source)
+    problems = _without_cascades(problems, bad)
     if problems:
         raise ConfigError(source, problems)
     return ModelConfig(
@@ -784,8 +851,8 @@ def _hf_text(raw: dict, problems: list[str]) -> dict:
     return raw
 
 
-def _read_hf(raw: dict, problems: list[str]) -> tuple[dict, dict]:
-    raw = _hf_text(raw, problems)
+def _read_hf(raw: dict, problems: list[str], bad: dict[str, str]) -> tuple[dict, dict]:
+    raw = _typed(_hf_text(raw, problems), HF_FIELD_TYPES, problems, bad)
     mt = raw.get("model_type")
     fam = HF_FAMILIES.get(mt)
     if fam is None:
@@ -916,8 +983,10 @@ def load_model(path: str | Path, workload: dict | None = None) -> ModelConfig:
                                       "expected a model .yaml or Hugging Face config.json"]) from None
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read it ({exc.strerror})"]) from None
+    if path.suffix != ".json":
+        return parse_model(load_yaml(text, str(path)), str(path), workload)    # aliases bounded
     try:
-        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ConfigError(str(path), [f"cannot parse: {str(exc).splitlines()[0]}"]) from None
     return parse_model(raw, str(path), workload)
