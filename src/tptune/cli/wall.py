@@ -72,12 +72,35 @@ def write_plan_estimate(s, run: RunDir) -> dict | None:
     return rec
 
 
-def dry_run_line(s) -> str:
-    """The line ``snakemake -n`` prints (rules/plan.smk): the run's predicted wall time on its node, or why
-    there is none. Never raises."""
-    try:
-        from tptune.schedule.plan_estimate import estimate
+def measured_already(s, names) -> set[str]:
+    """The sessions among ``names`` the run's folder holds finished (session.json) with the measurement settings
+    the run config gives them now (search.measurement.settings_unchanged): what a rerun keeps."""
+    import json
 
-        return f"tptune: {estimate(s, pool_size(s)).line()} (tptune plan writes it to wall_predicted.json)"
+    from tptune.search.measurement import settings_unchanged
+
+    run = RunDir.of_run(s.run)
+    out = set()
+    for name in names:
+        try:
+            rec = json.loads((run.sessions / name / "session.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and settings_unchanged(s, name, rec.get("settings")):
+            out.add(name)
+    return out
+
+
+def dry_run_line(s) -> str:
+    """The line ``snakemake -n`` prints (rules/plan.smk): the run's predicted wall time on its node for what is
+    left to measure (sessions already measured with today's settings left out), or why there is none. Never
+    raises."""
+    try:
+        from tptune.schedule.plan_estimate import estimate, load_table, planned_sessions
+
+        table = load_table()
+        done = measured_already(s, [x.name for x in planned_sessions(s, table)[1]])
+        return (f"tptune: {estimate(s, pool_size(s), table, done).line()} "
+                "(tptune plan writes it to wall_predicted.json)")
     except Exception as exc:  # noqa: BLE001 - a prediction never stops planning
         return f"tptune: no wall-time prediction ({type(exc).__name__}: {exc})"

@@ -56,6 +56,7 @@ class WallEstimate:
     explores_all: bool = True       # decision.explore_all_tps: every TP counted is measured
     confirm_s: float = 0.0          # the confirm stage's share of predicted_wall_s (0: off)
     unit: str = "GPUs"              # what ``gpus`` counts: GPUs, or on CPU the pool's worker slots
+    measured: int = 0               # planned sessions already recorded, left out (the dry run's ``done``)
 
     def as_record(self) -> dict:
         """wall_predicted.json (keys other tools read: gpus, sessions_planned, predicted_wall_s, basis, per_tp)."""
@@ -77,8 +78,9 @@ class WallEstimate:
                  f"{self.gpus} {self.unit}; rough: costed as on GPUs, the CPU backend's rounds run longer")
         upper = "" if self.explores_all else ", at most: the TP decision may stop earlier"
         confirm = f"; the confirm stage {self.confirm_s:.0f} s of it" if self.confirm_s else ""
+        done = (f"; {self.measured} already measured with these settings, not counted" if self.measured else "")
         return (f"predicted wall time on this node ({where}): {self.predicted_wall_s:.0f} s for "
-                f"{len(self.sessions)} planned sessions ({tps}{upper}){confirm}")
+                f"{len(self.sessions)} planned sessions ({tps or 'none left'}{upper}){done}{confirm}")
 
 
 def _flat_point(case: str) -> dict:
@@ -186,13 +188,20 @@ def _widths(tps: list[int], slots: int, cpu: bool) -> tuple[int, dict[int, int]]
     return g, {tp: min(tp, g) for tp in tps}
 
 
-def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) -> WallEstimate:
+def estimate(s: Settings, gpus: int | None = None, table: dict | None = None,
+             done=frozenset()) -> WallEstimate:
     """The run's predicted wall time on ``gpus`` GPUs (on CPU: worker slots; default: the run's
-    gpus_per_node; the CLI gives the pool's size, cli.wall.pool_size)."""
+    gpus_per_node; the CLI gives the pool's size, cli.wall.pool_size). ``done``: planned session names already
+    measured (the dry run of a run under way), left out with what waits for them."""
     table = table if table is not None else load_table()
     gpus = int(gpus or s.gpus_per_node)
     sessions, planned = planned_sessions(s, table)
     deps = ms.dependencies(sessions)
+    measured = sum(1 for x in planned if x.name in done)
+    if measured:
+        sessions = [x for x in sessions if x.name not in done]
+        planned = [x for x in planned if x.name not in done]
+        deps = {n: (tuple(d for d in ds if d not in done), kind) for n, (ds, kind) in deps.items()}
     laid, width = _widths(list(s.tp_sizes), gpus, s.device != "cuda")
     jobs = [Job(x.name, width[x.tp], x.held_s, deps[x.name][0], table["gaps_s"][deps[x.name][1]],
                 priority=x.started) for x in sessions]
@@ -221,4 +230,5 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None) ->
              + ("; rough: CPU backend" if rough else ""))
     return WallEstimate(gpus=gpus, predicted_wall_s=table["outside_s"] + sched.span_s + confirm_s,
                         sessions=planned, per_tp=sched.per_tp(), basis=basis, rough=rough, notes=notes,
-                        explores_all=bool(s.decision.explore_all_tps), confirm_s=confirm_s, unit=unit)
+                        explores_all=bool(s.decision.explore_all_tps), confirm_s=confirm_s, unit=unit,
+                        measured=measured)

@@ -69,3 +69,31 @@ def layer_measurement(s: Settings, tp: int) -> dict:
     return measurement(s, op, None, canary=canary_case(s, tp).id, margin=s.decision.noise_floor,
                        tie_margin=None, evidence=True, layer=s.layer.block_settings()) | (
         {"presets": list(s.search.te_presets or [])} if s.backend == "te" else {})
+
+
+# what a session's members are follows from the searches before it, not from the run config
+MEMBER_KEYS = ("members", "contenders", "always")
+
+
+def settings_unchanged(s: Settings, name: str, recorded: dict | None) -> bool:
+    """Whether a session's recorded measurement settings (session.json "settings") are those the run config
+    gives its kind now, its members aside (they follow from the searches): a session the workflow keeps rather
+    than re-measures, as far as the config decides it. ``name``: "qkv/tp2/point", "layer/tp2",
+    "qkv/tp2/<dim>/step<k>"."""
+    if not isinstance(recorded, dict):
+        return False
+    parts = name.split("/")
+    try:
+        tp = int(parts[1][2:])
+        if parts[0] == "layer":
+            now = layer_measurement(s, tp)
+        elif parts[2] == "point":
+            now = measurement(s, s.op(parts[0]), None, canary=canary_case(s, tp).id, margin=s.decision.noise_floor,
+                              tie_margin=None, evidence=True)
+        else:
+            win, floor = s.decision.step_margins
+            now = measurement(s, s.op(parts[0]), None, canary=None, margin=win, tie_margin=floor, evidence=False)
+    except (IndexError, ValueError, KeyError):
+        return False
+    strip = (lambda m: {k: v for k, v in m.items() if k not in MEMBER_KEYS})
+    return strip(json.loads(json.dumps(now, default=str))) == strip(recorded)
