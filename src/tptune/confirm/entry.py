@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "would end after this (default %(default)s)")
     p.add_argument("--target", type=float, default=DEFAULTS["target_half_width"], help="the half-width at which "
                    "a headline ratio is resolved (default %(default)s)")
+    p.add_argument("--packed", action="store_true", help="train packed THD micro-batches of the run's rollout "
+                   "lengths (workload.packing), filled to --capacity (default: the capacity packing.json decided)")
+    p.add_argument("--capacity", type=int, help="the packed micro-batches' capacity T (tokens)")
     p.add_argument("--megatron-lm", help="a Megatron-LM checkout whose pretrain_gpt.py runs each launch as it is "
                    "(default: tptune's own training entry on the installed megatron-core)")
     p.add_argument("--layers", type=int, help="transformer layers (default: as many as fit, at least 2, at most "
@@ -60,7 +63,7 @@ def run(a: argparse.Namespace) -> int:
         rec = run_confirm(a.run_dir, rounds=a.rounds, layers=a.layers, iters=a.iters, timeout_s=a.timeout,
                           micro_batches=a.micro_batches, max_layers=a.max_layers, seed=a.seed, preset=a.preset,
                           launcher=a.launcher, tp=a.tp, max_rounds=a.max_rounds, budget_s=a.budget,
-                          target=a.target, megatron_lm=a.megatron_lm)
+                          target=a.target, megatron_lm=a.megatron_lm, packed=a.packed, capacity=a.capacity)
     except ConfirmUnavailable as exc:
         if not a.exit_zero:
             raise
@@ -75,11 +78,18 @@ def run(a: argparse.Namespace) -> int:
             p = rec.get("projected", {}).get(f"set/{ref}")
             proj = (f"; projected to {p['layers']} layers: {interval(p | {'rounds': r['rounds']})}" if p else "")
             print(f"  set / {rec['settings'][ref]['label']}: {interval(r)}, {r['rounds']} rounds ({r['words']}){proj}")
+    if rec.get("packed"):
+        pk = rec["packed"]
+        print(f"  packed at T {pk['capacity']}: {pk['real_tokens_per_iteration']:.0f} real tokens an iteration, "
+              f"padding {pk['padding_share']:.1%}; real tokens/s " + ", ".join(f"{k} {v:.0f}" for k, v in
+                                                                             pk["tokens_per_s"].items()))
     res = rec.get("resolution") or {}
     for pair, v in (res.get("pairs") or {}).items():
         if not v["resolved"]:
-            print(f"  {pair}: UNDECIDED at +-{(v['half_width'] or float('nan')):.2%}; +-{res['target_half_width']:.1%} "
-                  f"would need about {v['rounds_needed'] or 'more than 200'} rounds")
+            at = "with no interval yet" if v["half_width"] is None else f"at +-{v['half_width']:.2%}"
+            need = ("" if v["half_width"] is None else
+                    f"; +-{res['target_half_width']:.1%} would need about {v['rounds_needed'] or 'more than 200'} rounds")
+            print(f"  {pair}: UNDECIDED {at}{need}")
     for line in rec["launch_failures"]:
         print(f"  launch failed: {line}", file=sys.stderr)
     if rec["loss_failures"]:

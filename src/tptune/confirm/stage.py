@@ -16,9 +16,11 @@ from tptune.confirm.command import (RUNNER, checkout_script, entry_args, launch_
 from tptune.confirm.defaults import DEFAULTS
 from tptune.confirm.group import LaunchGroup
 from tptune.confirm.layers import choose_layers, layers_share, ops_share, projection
+from tptune.confirm.packed import packed_plan, tokens_per_second
 from tptune.confirm.settings import SETTINGS, confirm_settings, confirm_tp, read_json
 from tptune.confirm.store import LaunchStore, stage_key
 from tptune.emit.records import write_record
+from tptune.errors import ConfigError
 from tptune.model.memory import gpu_memory_bytes
 from tptune.model.spec import parse_model
 from tptune.records.run_dir import RunDir
@@ -46,10 +48,12 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
                 seed: int = DEFAULTS["seed"], preset: str | None = None, launcher: str | None = None,
                 gpu_memory: int | None = None, tp: int | None = None, max_rounds: int = DEFAULTS["max_rounds"],
                 budget_s: float = DEFAULTS["budget_s"], target: float = DEFAULTS["target_half_width"],
-                megatron_lm: str | None = None, say=print) -> dict:
+                megatron_lm: str | None = None, packed: bool = False, capacity: int | None = None,
+                say=print) -> dict:
     """Run the stage on the run folder ``run_root`` and write its confirm.json; returns the record. ``rounds``:
     the fewest rounds; more are added (up to ``max_rounds``) until the headline ratios resolve to ``target`` or
-    the next round would pass ``budget_s`` (confirm.stopping). Launches kept from a cut stage are reused."""
+    the next round would pass ``budget_s`` (confirm.stopping). Launches kept from a cut stage are reused.
+    ``packed``: train packed THD micro-batches of the run's rollout lengths at capacity ``capacity`` (confirm.packed)."""
     t0 = time.monotonic()
     if rounds < 1 or iters < 2 or max_rounds < rounds:
         raise ValueError(f"rounds {rounds}, max_rounds {max_rounds}, iters {iters}: at least 1 round of 2 "
@@ -59,18 +63,25 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
     script = checkout_script(megatron_lm) if megatron_lm else None
     available.check(tp, own_launcher=launcher is not None)
     mc = model_config(run)
+    pack = None
+    if packed:
+        if script is not None:
+            raise ConfigError("--megatron-lm", ["a Megatron-LM checkout's pretrain_gpt.py reads its own data: the "
+                                                "packed stage runs tptune's entry (leave --megatron-lm out)"])
+        mc, bins_file, pack = packed_plan(run, mc, capacity=capacity, iters=iters, micro_batches=micro_batches, tp=tp)
     timed_from = min(DEFAULTS["timed_from"], iters)
     loss_iters = min(DEFAULTS["loss_iters"], iters)
     gpu_memory = gpu_memory if gpu_memory is not None else gpu_memory_bytes()
     n, layers_why = choose_layers(mc, tp, requested=layers, max_layers=max_layers, gpu_memory=gpu_memory)
     base = model_args(mc, layers=n, tp=tp, iters=iters, micro_batches=micro_batches, seed=seed)
-    own = entry_args(seed=seed) if script is None else []
+    own = entry_args(seed=seed, packed=bins_file if pack else None) if script is None else []
     arms = confirm_settings(run, tp, preset)
     settings = {s.name: s for s in arms}
     names = [s.name for s in arms]
     entry = "tptune" if script is None else str(script)
     key = stage_key({"base": base, "own": own, "entry": entry, "tp": tp, "iters": iters,
-                     "arms": {s.name: s.flags for s in arms}})
+                     "arms": {s.name: s.flags for s in arms},
+                     "bins": json.loads(bins_file.read_text()) if pack else None})
     store = LaunchStore(run.confirm_dir / "launches", key)
     launches = store.load(say)
     decisions = _decisions(run)
@@ -143,6 +154,8 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
                        layer_record=_layer_record(run, tp), decisions=decisions,
                        command=_launcher(launcher, tp, 0, ["QUEUE", "--entry", entry]) + base + own,
                        target=target, mc=mc)
+    if pack:
+        record["packed"] = {**pack, "tokens_per_s": tokens_per_second(pack, launches)}
     record.update({"entry": entry, "max_rounds": max_rounds, "budget_s": budget_s, "stopped": stop_why,
                    "group": {"mode": mode, "import_s": import_s}, "key": key,
                    "wall_s": round(time.monotonic() - t0, 1)})
@@ -166,7 +179,7 @@ def rederive_confirm(run: RunDir) -> dict | None:
                        command=old["command"], target=old.get("resolution", {}).get("target_half_width",
                                                                                     DEFAULTS["target_half_width"]),
                        mc=_model_or_none(run))
-    for k in ("wall_s", "entry", "max_rounds", "budget_s", "stopped", "group", "key"):
+    for k in ("wall_s", "entry", "max_rounds", "budget_s", "stopped", "group", "key", "packed"):
         if k in old:
             record[k] = old[k]
     write_record(run.confirm_json, record)
