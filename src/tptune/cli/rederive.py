@@ -69,7 +69,14 @@ def rederive(s, run: RunDir) -> list[str]:
     mem = memory_floor(s, recorded_gpu_memory(run))
     for op in s.ops:
         points = {}
-        for tp in run.searched_tps(op):
+        # the TP sizes the workflow's decision chain visits (rules/common.smk tp_chain): the first of tp_sizes,
+        # then each decision's next; a TP measured under another config and off the chain now is left out
+        tp, before = s.tp_sizes[0], None
+        while True:
+            if tp not in run.searched_tps(op):
+                went = f"go on to TP={tp} after TP={before}" if before else f"start at TP={tp}"
+                raise TptuneError(f"{op}: the new decisions {went}, which the run did not measure (it "
+                                  f"measured {run.searched_tps(op)}); re-measure this run")
             results = []
             for dim in dimensions(s, op, tp):
                 prev, step = None, 0
@@ -103,11 +110,10 @@ def rederive(s, run: RunDir) -> list[str]:
             dec = tp_step(s, op, tp, dict(points), mem)
             write_record(run.tp_decision(op, tp), dec)
             final = run.tp_decision(op, tp)
+            if dec["next"] is None:
+                break
+            tp, before = dec["next"], tp
         last = load.read_json(final)
-        if "chosen_tp" not in last:     # the new decisions go on to a TP this run never measured
-            raise TptuneError(f"{op}: the new decisions go on to TP={last.get('next')} after TP={last.get('tp')}, "
-                              f"which the run did not measure (it measured {run.searched_tps(op)}); re-measure "
-                              "this run")
         write_record(run.op_final(op), last)     # as the op_final rule copies it
         finals.append(run.op_final(op))
     for sj in sessions:
