@@ -6,7 +6,9 @@
 - planned so far: done + the sessions not yet done that the run's records still plan (search.ahead) or
   that this invocation's DAG held when it started (the start line's "sessions": what a rerun re-measures);
   or the prediction's count (wall_predicted.json's sessions_planned) where that is larger, the prediction
-  is this invocation's (below) and the searches are not over;
+  is this invocation's (below) and the searches are not over: "of at most N" where that count is an upper
+  bound (every TP counted, the TP decision may stop earlier), and once the searches are over the last line
+  says how many of those the TP decision needed;
 - elapsed: since this invocation's start (its onstart; without one, since its first session's start);
 - time left: with a prediction made for this invocation, a blend of the prediction's time for the share
   not yet done and the pace so far (elapsed / done per session left), weighted by the share done, so it
@@ -41,6 +43,8 @@ class Estimate:
     from_start: bool = True      # elapsed since the invocation's start (else since its first session's)
     final: bool = False          # a whole run whose searches are over: no session beyond the planned ones
     confirm_s: float = 0.0       # the confirm stage still to run after the sessions, predicted seconds
+    at_most: bool = False        # ``planned`` is the prediction's count of every TP, an upper bound
+    plan_count: int | None = None   # the searches over: the prediction's upper bound they fell short of
 
 
 def time_left(done: int, planned: int | None, elapsed_s: float | None,
@@ -72,11 +76,15 @@ def estimate(run: RunDir, ahead: Ahead | None, now: float | None = None) -> Esti
     if ahead is not None or inv.scheduled is not None:
         todo = set(ahead.sessions if ahead is not None else ()) | set(inv.scheduled or ())
         planned = done + len(todo - {str(e.get("session")) for e in inv.sessions})
+    at_most, plan_count = False, None
     if pred is not None and pred.sessions is not None and not (ahead is not None and ahead.final):
+        at_most = pred.upper_bound and pred.sessions > max(planned or 0, done)
         planned = max(planned or 0, pred.sessions, done)
+    elif pred is not None and pred.upper_bound and pred.sessions and planned is not None and planned < pred.sessions:
+        plan_count = pred.sessions      # the TP decision stopped before every TP the prediction counted
     left = time_left(done, planned, elapsed, pred.wall_s - pred.confirm_s if pred else None)
     return Estimate(done, planned, elapsed, None if left is None else left + confirm_s, inv.start is not None,
-                    fresh and ahead is not None and ahead.final, confirm_s)
+                    fresh and ahead is not None and ahead.final, confirm_s, at_most, plan_count)
 
 
 def _fresh(run: RunDir, start: float) -> bool:
@@ -103,7 +111,8 @@ def duration(s: float) -> str:
 
 
 def line(name: str, wall_s: float | None, est: Estimate) -> str:
-    count = f"{est.done}/{est.planned}" if est.planned is not None else f"{est.done}"
+    count = (f"{est.done} of at most {est.planned}" if est.at_most and est.planned is not None else
+             f"{est.done}/{est.planned}" if est.planned is not None else f"{est.done}")
     what = name.replace("/", " ") + (f", {duration(wall_s)}" if wall_s is not None else "")
     parts = [f"tptune: session {count} done ({what})"]
     if est.elapsed_s is not None:
@@ -111,7 +120,9 @@ def line(name: str, wall_s: float | None, est: Estimate) -> str:
     then = (f"the confirm stage (about {duration(est.confirm_s)}) and the report follow" if est.confirm_s
             else "the report follows")
     if est.planned is not None and est.planned == est.done:
-        parts.append(f"no session left: {then}" if est.final else "no further session known yet")
+        fell = (f" (the TP decision needed {est.planned} of the at most {est.plan_count} sessions the plan counted)"
+                if est.plan_count else "")
+        parts.append(f"no session left{fell}: {then}" if est.final else "no further session known yet")
     elif est.left_s is not None:
         parts.append(f"about {duration(est.left_s)} left")
     else:

@@ -176,6 +176,7 @@ class Prediction:
     basis: str | None
     confirm_s: float = 0.0      # the confirm stage's share of wall_s: it follows the sessions
     unit: str = "GPUs"          # what ``gpus`` counts: GPUs, or a CPU run's worker slots
+    upper_bound: bool = False   # ``sessions`` counts every TP, which the TP decision may stop short of
 
 
 def prediction(run: RunDir) -> Prediction | None:
@@ -194,6 +195,9 @@ def prediction(run: RunDir) -> Prediction | None:
     # a record without its unit: a rough (CPU backend) prediction was laid on the worker pool's slots
     unit = rec.get("unit") if rec.get("unit") in ("GPUs", "worker slots") else \
         "worker slots" if rec.get("rough") is True else "GPUs"
+    notes = rec.get("notes") if isinstance(rec.get("notes"), list) else []
+    upper = rec["upper_bound"] is True if "upper_bound" in rec else \
+        any(isinstance(x, str) and "an upper bound" in x for x in notes)   # a record before the key: its note
     return Prediction(wall, int(n) if n and n > 0 else None, int(gpus) if gpus else None,
                       basis if isinstance(basis, str) else None,
-                      confirm if confirm is not None and 0 < confirm < wall else 0.0, unit)
+                      confirm if confirm is not None and 0 < confirm < wall else 0.0, unit, upper)

@@ -70,7 +70,8 @@ class WallEstimate:
                 "first_start_s": round(d["first_start_s"], 1), "last_end_s": round(d["last_end_s"], 1)}
         return {"gpus": self.gpus, "unit": self.unit, "sessions_planned": len(self.sessions),
                 "predicted_wall_s": round(self.predicted_wall_s), "basis": self.basis, "rough": self.rough,
-                "per_tp": per_tp, "confirm_s": round(self.confirm_s), "notes": self.notes}
+                "per_tp": per_tp, "confirm_s": round(self.confirm_s), "notes": self.notes,
+                "upper_bound": not self.explores_all}
 
     def line(self) -> str:
         tps = ", ".join(f"TP {tp} {d['sessions']}" for tp, d in self.per_tp.items())
