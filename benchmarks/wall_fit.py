@@ -2,11 +2,13 @@
 wall_predicted.json), from the committed runs: seconds per member-round per session kind and TP, the
 share of the round budget sessions use, the worker-group start, the bookkeeping between sessions and the
 time outside them (tptune.schedule.wall_fit says what each is). Then, for each fitted run against its
-wall_s.txt: its own sessions replayed on its own node (tptune predict, schedule.replay), and the
-prediction before measuring from its config alone (tptune plan, schedule.plan_estimate).
+wall_s.txt (tptune.schedule.accuracy): its own sessions replayed on its own node (tptune predict, given the
+run's own start-up, held times and gaps: a regression test of the scheduler), the prediction before measuring
+from its config alone (tptune plan: the accuracy a user gets), and where it measured TP 2 + 4 the factors its
+8-GPU extrapolation scales TP 4's sessions by.
 
     python benchmarks/wall_fit.py [results] [--write]     # --write: src/tptune/data/wall_fit.json and
-                                                           # results/wall_replay.json (each run replayed, docs/wall-time.md)
+                                                           # results/wall_replay.json (docs/wall-time.md quotes it)
 """
 from __future__ import annotations
 
@@ -18,21 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tptune.measure.preflight import resolve_here  # noqa: E402
-from tptune.schedule.plan_estimate import estimate  # noqa: E402
-from tptune.schedule.replay import predict  # noqa: E402
-from tptune.settings.resolve import load_run_config  # noqa: E402
-from tptune.schedule.wall_fit import TABLE, fit, fitted_runs  # noqa: E402
-from tptune.settings.backend_defaults import BY_BACKEND  # noqa: E402
-
-
-DEFAULT_ROUNDS = (BY_BACKEND[("timing", "min_rounds")]["te"], 4)
-
-
-def is_default_budget(s) -> bool:
-    """A te run measured with the defaults' search and round budget (settings.backend_defaults)."""
-    return (s.backend == "te" and s.search.mode == BY_BACKEND[("search", "mode")]["te"]
-            and (s.timing.min_rounds, s.timing.max_rounds) == DEFAULT_ROUNDS)
+from tptune.schedule.accuracy import DEFAULT_ROUNDS, run_figures  # noqa: E402
+from tptune.schedule.wall_fit import TABLE, fit  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -50,20 +39,15 @@ def main(argv=None) -> int:
         print(f"{kind:6s} s per member-round: " + ", ".join(f"TP {t} {v:.3f}" for t, v in per_tp.items())
               + f"; rounds used {table['rounds_share'].get(kind, 0):.0%} of the budget")
     print(f"  {'run':48s} {'wall s':>6} {'replayed':>9} {'':>7} {'before':>7} {'':>6}")
-    errors, default_errors, replayed = [], [], {}
-    for run, _, wall in fitted_runs(a.results)[0]:
-        p = predict(run, table=table)
-        replayed[run.root.relative_to(a.results).as_posix()] = {"wall_s": wall, "replayed_s": round(p.predicted_wall_s, 3)}
-        cfg, source, _ = load_run_config([run.config_json])
-        s = resolve_here(cfg, source=source, base_dir=ROOT, check_hardware=False)
-        e = estimate(s, table=table)
-        errors.append(abs(e.predicted_wall_s / wall - 1))
-        if is_default_budget(s):
-            default_errors.append(errors[-1])
-        print(f"  {run.root.relative_to(a.results).as_posix():48s} {wall:6.0f} {p.predicted_wall_s:9.1f} "
-              f"{p.predicted_wall_s / wall - 1:+7.1%} {e.predicted_wall_s:7.0f} {e.predicted_wall_s / wall - 1:+6.0%}")
-    errors.sort()
-    default_errors.sort()
+    figs = run_figures(a.results, table, ROOT)
+    for b in figs["before_measuring"]:
+        r, wall = figs["runs"][b["run"]], b["wall_s"]
+        print(f"  {b['run']:48s} {wall:6.0f} {r['replayed_s']:9.1f} {r['replayed_s'] / wall - 1:+7.1%} "
+              f"{b['before_s']:7.0f} {b['before_s'] / wall - 1:+6.0%}")
+    errors = sorted(abs(b["before_s"] / b["wall_s"] - 1) for b in figs["before_measuring"])
+    default_errors = sorted(abs(b["before_s"] / b["wall_s"] - 1) for b in figs["before_measuring"] if b["defaults"])
+    print(f"  replayed on its own node (its own start-up, held times and gaps: a check of the scheduler): largest "
+          f"error {max(abs(r['replayed_s'] / r['wall_s'] - 1) for r in figs['runs'].values()):.1%}")
     print(f"  before measuring: median error {errors[len(errors) // 2]:.0%}, largest {errors[-1]:.0%}")
     # the older runs' budgets (up to 6 rounds, every knob group, bisection) plan more steps where nothing moves
     # than their searches took; the te defaults' budget is what a new run gets
@@ -71,13 +55,19 @@ def main(argv=None) -> int:
         print(f"  before measuring, the runs with the te defaults' search and budget (knob search, "
               f"{DEFAULT_ROUNDS[0]}-{DEFAULT_ROUNDS[1]} rounds; {len(default_errors)} runs): median error "
               f"{default_errors[len(default_errors) // 2]:.0%}, largest {default_errors[-1]:.0%}")
+    for run, r in figs["tp8"].items():
+        print(f"  8 GPUs, TP 8 extrapolated: {run}: TP 4's sessions scaled by {r['lo']:.2f} to {r['hi']:.2f}")
     if a.write:
         out = ROOT / "src" / "tptune" / "data" / TABLE
         out.write_text(json.dumps(table, indent=1) + "\n")
         print(f"wrote {out}")
         out = a.results / "wall_replay.json"
-        out.write_text(json.dumps({"about": "benchmarks/wall_fit.py: each fitted run's own sessions replayed on its own node "
-                                            "(tptune predict) beside its wall_s.txt", "runs": replayed}, indent=1) + "\n")
+        out.write_text(json.dumps({"about": "benchmarks/wall_fit.py (tptune.schedule.accuracy): each fitted run's wall_s.txt "
+                                            "beside its own sessions replayed on its own node (tptune predict: a check of "
+                                            "the scheduler), the prediction before measuring (tptune plan: before_s; "
+                                            "defaults: made with the te defaults' search and budget), and where TP 8 is "
+                                            "extrapolated on 8 GPUs the factors TP 4's sessions are scaled by (tp8)",
+                                   **figs}, indent=1) + "\n")
         print(f"wrote {out}")
     return 0
 

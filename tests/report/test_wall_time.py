@@ -29,7 +29,12 @@ def test_a_committed_run_gives_its_timed_wall_seconds(tmp_path):
     assert wall_time_line(run) == (
         "**Wall time**: measured 120 s (`wall_s.txt`); predicted 150 s on 2 GPUs, measured / predicted 0.80 "
         "(`wall_predicted.json`: the sessions of knobs-mixtral-8x7b-h200x2); an 8-GPU node predicted 96 s "
-        "(`wall_s.8gpu-predicted.txt`).")
+        "(`wall_s.8gpu-predicted.txt`: this run's sessions laid on 8 GPUs, not measured).")
+    # a run that measured TP 2 and 4: tptune predict extrapolated TP 8 for the 8-GPU node, and the line says so
+    sessions = [{"tp": 2}, {"tp": 4}]
+    assert wall_time_line(run, sessions).endswith(
+        "an 8-GPU node 96 s (`wall_s.8gpu-predicted.txt`), an extrapolation: TP 8 was not measured, its sessions are "
+        "TP 4's scaled by each op's TP 4 / TP 2 ratio (`tptune predict` prints them).")
 
 
 def test_a_plain_snakemake_run_is_timed_by_its_progress_record(tmp_path):

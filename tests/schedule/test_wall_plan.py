@@ -9,6 +9,8 @@ import pytest
 
 from conftest import ROOT
 from tptune.measure.preflight import resolve_here
+from tptune.records.run_dir import RunDir
+from tptune.schedule.accuracy import run_figures
 from tptune.schedule.plan_estimate import estimate, planned_sessions
 from tptune.schedule.replay import predict
 from tptune.schedule.wall_fit import fit, fitted_runs, load_table
@@ -27,13 +29,21 @@ def test_the_committed_table_is_the_fit_of_the_committed_runs():
 
 
 def test_the_committed_replays_are_todays_replay_of_each_fitted_run():
-    # docs/wall-time.md quotes results/wall_replay.json (how close each run replays to its wall_s.txt)
-    table = load_table()
-    now = {run.root.relative_to(RESULTS).as_posix(): {"wall_s": wall, "replayed_s": round(predict(run, table=table)
-                                                                                         .predicted_wall_s, 3)}
-           for run, _, wall in fitted_runs(RESULTS)[0]}
-    assert json.loads((RESULTS / "wall_replay.json").read_text())["runs"] == now, \
-        "results/ changed: python benchmarks/wall_fit.py --write"
+    """docs/wall-time.md quotes results/wall_replay.json: how close each run replays to its wall_s.txt (a check
+    of the scheduler), its prediction before measuring (the accuracy a user gets) and the factors its 8-GPU
+    extrapolation scales TP 4's sessions by (schedule.accuracy)."""
+    committed = json.loads((RESULTS / "wall_replay.json").read_text())
+    now = run_figures(RESULTS, load_table(), ROOT)
+    assert {k: committed[k] for k in now} == now, "results/ changed: python benchmarks/wall_fit.py --write"
+    assert len(now["runs"]) == len(fitted_runs(RESULTS)[0])
+    # every TP 2 + 4 run that wrote an 8-GPU figure extrapolated TP 8, by its own factors
+    tp24 = RESULTS / "tp24-llama3-70b-h200x4" / "rep2"
+    p = predict(RunDir(tp24), 8)
+    assert p.tp_sizes == [2, 4, 8] and now["tp8"]["tp24-llama3-70b-h200x4/rep2"] == {
+        "lo": round(p.extrapolation_range[0], 3), "hi": round(p.extrapolation_range[1], 3)}
+    assert p.lines()[0].startswith(f"{tp24}: extrapolated wall time on 8 GPUs") and "an extrapolation" in p.lines()[1]
+    own = predict(RunDir(tp24))
+    assert own.extrapolation_range is None and own.own_node and "a check of the scheduler" in own.lines()[1]
 
 
 def test_the_benchmark_prints_the_fit_and_each_runs_predictions():

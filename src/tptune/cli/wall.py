@@ -1,5 +1,6 @@
 """The run's wall time on paper (docs/wall-time.md): ``tptune predict`` replays a measured run's sessions
-onto a node of G GPUs (schedule.replay) and writes wall_s.<G>gpu-predicted.txt beside wall_s.txt; ``tptune
+onto a node of G GPUs (schedule.replay; a TP above those measured is an extrapolation, and it says so) and writes
+wall_s.<G>gpu-predicted.txt beside wall_s.txt; ``tptune
 plan`` predicts the run's wall time on its node before anything is measured (schedule.plan_estimate) and
 writes wall_predicted.json."""
 from __future__ import annotations
@@ -13,8 +14,9 @@ from tptune.records.run_dir import RunDir
 
 
 def add_predict_parser(sub) -> None:
-    p = sub.add_parser("predict", help="a measured run's wall time on a node of --gpus GPUs, its sessions replayed "
-                                       "(writes wall_s.<G>gpu-predicted.txt in the run folder)")
+    p = sub.add_parser("predict", help="a measured run's wall time on a node of --gpus GPUs, its sessions replayed; "
+                                       "a TP above those measured is extrapolated, and the output says so (writes "
+                                       "wall_s.<G>gpu-predicted.txt in the run folder)")
     p.add_argument("run_dir", help="a run folder, outputs/<run>, with its sessions")
     p.add_argument("--gpus", type=int, help="GPUs of the node (default: the run's gpus_per_node)")
     p.add_argument("--tp-sizes", type=_tp_list, help="e.g. 2,4,8 (default: the run's TPs, and with two or more "

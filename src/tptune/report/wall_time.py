@@ -2,7 +2,8 @@
 the files). Measured: wall_s.txt where whoever ran snakemake timed it (scripts/device_workflow.sh), else
 the progress record's span, each invocation from its start to its last session's end (the jobs after the
 last session, the report among them, are outside it). Predicted: wall_predicted.json (before measuring,
-on this node) and, where present, wall_s.8gpu-predicted.txt. A missing file is named, never an error. Where
+on this node) and, where present, wall_s.8gpu-predicted.txt (tptune predict: labelled an extrapolation where the
+run measured two TPs below 8, so TP 8 was extrapolated from them). A missing file is named, never an error. Where
 a measuring job waited for the shared worker pool, the line says how long, waits behind the run's own jobs
 apart from another run's (measure.gpupool records who held it). Where the
 run's workflow ran the confirm stage (config.json's confirm.enabled, confirm.json's wall_s), the line says how
@@ -79,5 +80,12 @@ def wall_time_line(run: RunDir, sessions: list[dict] = ()) -> str:
         parts.append(f"predicted {_s(pred.wall_s)}{on}{ratio} (`wall_predicted.json`{basis})")
     node8 = progress.predicted_8gpu_wall_s(run)
     if node8 is not None:
-        parts.append(f"an 8-GPU node predicted {_s(node8)} (`wall_s.8gpu-predicted.txt`)")
+        tps = sorted({x["tp"] for x in sessions if isinstance(x.get("tp"), int)})
+        if len(tps) >= 2 and tps[-1] < 8:   # tptune predict's TPs: the doublings above two measured (schedule.replay)
+            parts.append(f"an 8-GPU node {_s(node8)} (`wall_s.8gpu-predicted.txt`), an extrapolation: TP 8 was not "
+                         f"measured, its sessions are TP {tps[-1]}'s scaled by each op's TP {tps[-1]} / TP {tps[-2]} "
+                         "ratio (`tptune predict` prints them)")
+        else:
+            parts.append(f"an 8-GPU node predicted {_s(node8)} (`wall_s.8gpu-predicted.txt`: this run's sessions laid "
+                         "on 8 GPUs, not measured)")
     return "**Wall time**: " + "; ".join(parts) + "."

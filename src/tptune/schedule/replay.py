@@ -45,16 +45,36 @@ class Prediction:
     per_tp: dict                   # TP -> sessions, held_s, group_starts, first_start_s, last_end_s
     sessions: int
     extrapolated: list[str] = field(default_factory=list)   # one line per extrapolated TP
+    # the smallest and largest factor an extrapolated TP's sessions were scaled by (TP 4 / TP 2 per op and kind)
+    extrapolation_range: tuple[float, float] | None = None
     notes: list[str] = field(default_factory=list)
     measured_wall_s: float | None = None
     measured_span_s: float | None = None
     schedule: Schedule | None = None
+    measured_tps: list[int] = field(default_factory=list)   # the TPs the run measured
+    own_node: bool = False         # laid on the run's own node and TPs
+
+    def what(self) -> str:
+        """What kind of figure this is, in words: an extrapolation where a TP was not measured; else the run's
+        own sessions laid on this node (on its own node: a check of the scheduler, which is given the run's
+        own start-up, held times and gaps, not a prediction made before measuring)."""
+        if self.extrapolation_range:
+            lo, hi = self.extrapolation_range
+            a, b = self.measured_tps[-2:]
+            new = [t for t in self.tp_sizes if t > b]
+            return (f"an extrapolation: TP {', '.join(map(str, new))} was not measured; its sessions are TP {b}'s, "
+                    f"each scaled by its op's and kind's TP {b} / TP {a} seconds per member-round ({lo:.2f} to {hi:.2f})")
+        if self.own_node:
+            return ("the run's own sessions, start-up and gaps replayed on its own node: a check of the scheduler, "
+                    "not a prediction made before measuring (tptune plan's, docs/wall-time.md)")
+        return "the run's own sessions, start-up and gaps laid on this node, which it did not run on"
 
     def lines(self) -> list[str]:
         """The prediction and its breakdown, for a person."""
-        out = [f"{self.run}: predicted wall time on {self.gpus} GPUs, TP {', '.join(map(str, self.tp_sizes))}: "
-               f"{self.predicted_wall_s:.0f} s"
-               + (f" (measured on its own node: {self.measured_wall_s:.0f} s)" if self.measured_wall_s else "")]
+        out = [f"{self.run}: {'extrapolated' if self.extrapolation_range else 'predicted'} wall time on {self.gpus} "
+               f"GPUs, TP {', '.join(map(str, self.tp_sizes))}: {self.predicted_wall_s:.0f} s"
+               + (f" (measured on its own node: {self.measured_wall_s:.0f} s)" if self.measured_wall_s else ""),
+               f"  {self.what()}"]
         for tp, d in self.per_tp.items():
             out.append(f"  TP {tp}: {d['sessions']} sessions, {d['held_s']:.1f} s held "
                        f"({d['group_starts']} group starts at {self.start_s.get(tp, 0.0):.1f} s), "
@@ -221,8 +241,10 @@ def predict(run: RunDir, gpus: int | None = None, tp_sizes: list[int] | None = N
         ratios = {}
         for x in base:
             ratios.setdefault((x.op, x.kind), _ratio(sessions, x.op, x.kind, lo, top, starts))
+        scaled = []
         for t in new_tps:
             k = _doublings(top, t)
+            scaled += [r ** k for r, _ in ratios.values()]
             starts[t] = starts[top] * grow ** k
             kept += [replace(x, name=_renamed(x.name, top, t), tp=t, started=x.started + k * 1e6, gpu_ids=None,
                              held_s=(x.held_s - _start_of(x, starts)) * ratios[(x.op, x.kind)][0] ** k,
@@ -235,6 +257,9 @@ def predict(run: RunDir, gpus: int | None = None, tp_sizes: list[int] | None = N
                 f"group start {starts[t]:.1f} s (TP {top}'s x TP {top} / TP {lo})")
         extrapolated.append(f"every op measured at TP {top} goes on to TP {', '.join(map(str, new_tps))} "
                             "(as decision.explore_all_tps makes it)")
+        span = (min(scaled), max(scaled)) if scaled else None
+    else:
+        span = None
     deps = ms.dependencies(kept)
     jobs = []
     for i, x in enumerate(sorted(kept, key=lambda x: (x.started, x.name))):
@@ -253,8 +278,9 @@ def predict(run: RunDir, gpus: int | None = None, tp_sizes: list[int] | None = N
     return Prediction(run=str(run), gpus=gpus, tp_sizes=tps, predicted_wall_s=outside + sched.span_s,
                       span_s=sched.span_s, busy_s=sched.busy_s, outside_s=outside, outside_basis=basis,
                       gaps_s=gap_s, start_s={t: starts[t] for t in tps}, per_tp=sched.per_tp(),
-                      sessions=len(jobs), extrapolated=extrapolated, notes=notes, measured_wall_s=wall,
-                      measured_span_s=measured_span, schedule=sched)
+                      sessions=len(jobs), extrapolated=extrapolated, extrapolation_range=span, notes=notes,
+                      measured_wall_s=wall, measured_span_s=measured_span, schedule=sched,
+                      measured_tps=list(measured_tps), own_node=gpus == node_gpus and tps == list(measured_tps))
 
 
 def _warm_at_start(sessions: list[ms.MeasuredSession], gpus: int) -> tuple:
