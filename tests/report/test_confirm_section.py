@@ -22,11 +22,17 @@ def test_the_section_says_the_ratio_rounds_loss_and_layers_share(tmp_path):
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
     assert confirm_section(env, RunDir(dst)) == ""
-    run_confirm(dst, rounds=3, iters=12, launcher=f"{{python}} {STANDIN}", say=lambda *_: None)
+    ck = tmp_path / "megatron-lm"             # a Megatron-LM "checkout" whose pretrain_gpt.py is the stand-in
+    (ck / "megatron" / "training").mkdir(parents=True)
+    (ck / "pretrain_gpt.py").write_text(f"import runpy\nrunpy.run_path({str(STANDIN)!r}, run_name='__main__')\n")
+    run_confirm(dst, rounds=3, max_rounds=3, iters=12, megatron_lm=str(ck), say=lambda *_: None,
+                launcher="{python} -m torch.distributed.run --nproc-per-node {nproc} --master-port {port} {entry}")
     md = confirm_section(env, RunDir(dst))
     assert md.startswith("## In Megatron-LM's training loop (2 layers)")
     assert "the emitted set takes **0.985** of `nvidia_bf16_tp2`'s iteration time [" in md and "3 rounds" in md
     assert "loss as without overlap" in md and "of the set's iteration" in md
+    assert "Against `nemo_tp4`, run as its own arm: **0.985**" in md and "Projected to the model's 80 layers" in md
+    assert "the mean of the training log's iteration times from iteration 5" in md
     text = with_confirm_section("# r\n\ncard" + ANCHOR + "\n...", md)
     assert text.index("## In Megatron-LM") < text.index(ANCHOR.strip())
 

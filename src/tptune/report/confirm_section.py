@@ -49,10 +49,24 @@ def confirm_section(env: jinja2.Environment, run: RunDir) -> str:
     c = json.loads(run.confirm_json.read_text())
     if "not_run" in c:
         return f"## In Megatron-LM's training loop\n\nNot confirmed: {c['not_run']}.\n"
+    refs = [{"pair": f"set/{a}", "label": c["settings"][a]["label"], "r": c["ratios"].get(f"set/{a}"),
+             "proj": (c.get("projected") or {}).get(f"set/{a}"),
+             "res": ((c.get("resolution") or {}).get("pairs") or {}).get(f"set/{a}")}
+            for a in ("preset", "nemo") if a in c["settings"]]
     return env.get_template("confirm.md.j2").render(
         c=c, sp=c["ratios"].get("set/preset"), sn=c["ratios"].get("set/none"),
         preset=c["settings"]["preset"]["label"], share=c.get("layers_share"), ops=c.get("ops_share"), loss=_loss(c),
-        iv=_iv)
+        iv=_iv, refs=refs, arms=[c["settings"][a]["label"] for a in c["settings"]], timing=_timing(c))
+
+
+def _timing(c: dict) -> str:
+    """How a launch's iteration time was taken (confirm.launch), as the records say."""
+    ok = [x for x in c.get("launches", []) if x.get("status") == "ok"]
+    if ok and all(x.get("gpu_ms") is not None for x in ok):
+        return f"the mean of GPU-timed iterations from iteration {c['timed_from']}"
+    if ok and all(x.get("log_ms") is not None for x in ok):
+        return f"the mean of the training log's iteration times from iteration {c['timed_from']}"
+    return f"the median of the training log's iteration times from iteration {c['timed_from']}"
 
 
 def confirm_headline(run: RunDir) -> str:
@@ -70,9 +84,14 @@ def confirm_headline(run: RunDir) -> str:
     took = f", about {100 * share['share']:.0f}% of the iteration" if share else ""
     took += f", the tuned ops {100 * ops['share']:.0f}%" if ops else ""
     loss = _loss_parts(c)[0]
+    nemo = c["ratios"].get("set/nemo")
+    more = (f"; {nemo['ratio']:.3f} of `{c['settings']['nemo']['label']}`'s [{_iv(nemo)}]" if nemo else "")
+    res = c.get("resolution")
+    undecided = "" if not res or res.get("resolved") else (
+        f"; **not resolved to ±{100 * res['target_half_width']:.1f}%** in the stage's budget")
     return (f"**In Megatron-LM's training loop** ({c['layers']} layers{took}): {sp['ratio']:.3f} of `{preset}`'s "
-            f"iteration time [{_iv(sp)}], {sp['rounds']} round{'s' if sp['rounds'] != 1 else ''} ({sp['words']}); "
-            f"{loss}.")
+            f"iteration time [{_iv(sp)}], {sp['rounds']} round{'s' if sp['rounds'] != 1 else ''} ({sp['words']})"
+            f"{more}{undecided}; {loss}.")
 
 
 def with_confirm_section(text: str, section: str, headline: str = "") -> str:
