@@ -76,3 +76,5 @@ def test_the_wall_time_line_tells_own_waits_from_others(tmp_path):
     line = next(ln for ln in (run / "report.md").read_text().splitlines() if ln.startswith("**Wall time**"))
     assert "waited 40 s for the run's own measuring jobs (1 session(s)" in line, line
     assert "waited 25 s for the shared worker pool (1 session(s); `launcher.pool_dir`: another run" in line, line
+    # the CPU run's prediction (laid on 8) is on worker slots, not GPUs (issue 54 item 9: "on 8 GPUs")
+    assert "predicted 156 s on 8 GPUs" not in line and "predicted 156 s on 8 worker slots" in line, line

@@ -11,9 +11,11 @@ import sys
 import pytest
 import yaml
 
-from conftest import FIXTURES, copy_workflow
+from conftest import FIXTURES, ROOT, copy_workflow
 
 from tptune.measure.gpupool import available_ids
+from tptune.measure.preflight import cpu_notes, resolve_here
+from tptune.settings.resolve import load_config_files
 
 pytestmark = pytest.mark.skipif(bool(available_ids()), reason="GPUs here: the run would measure on them")
 
@@ -52,5 +54,7 @@ def test_gpu_resources_beyond_the_cpu_pool_are_named(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     note = [ln for ln in p.stderr.splitlines() if "--resources gpus=8" in ln]
     assert len(note) == 1 and "no GPU here" in note[0] and "2 CPU worker slots" in note[0], p.stderr[-3000:]
-    quiet = _run(tmp_path, "-m", "snakemake", "-n", "--cores", "2", "--configfile", "run.yaml")
-    assert "no GPU here" not in quiet.stderr and "the CPU path" not in quiet.stderr, quiet.stderr[-3000:]
+    # the CPU default with as many GPUs as slots: nothing to say
+    s = resolve_here({**load_config_files(ROOT / "config" / "config.yaml"), "launcher": {"cpu_slots": 2}},
+                     base_dir=ROOT, check_hardware=False)
+    assert cpu_notes(s, 2) == [] and cpu_notes(s, None) == []
