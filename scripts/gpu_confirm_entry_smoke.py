@@ -2,7 +2,7 @@
 (confirm.trainer) through the confirm stage's launch group (confirm.group over confirm.rank_runner), at TP 1 on
 one GPU: whether the rank runner can fork launches after its imports, what a launch costs (imports once, then
 init + warm-up + iterations), the GPU-timed iterations and their spread between launches, and the packed THD
-input. Prints one line per launch and a JSON summary; writes the launch logs to $OUT.
+input (one bin of the committed synthetic RL lengths a micro-batch). Prints one line per launch and a JSON summary; writes the launch logs to $OUT.
     python3 scripts/gpu_confirm_entry_smoke.py [launches] [layers]"""
 import json
 import os
@@ -28,8 +28,13 @@ env = {**os.environ, **LAUNCH_ENV}
 t0 = time.monotonic()
 g = LaunchGroup(lambda port, q: launcher_argv(1, port) + [q, "--entry", "tptune"], env, 1)
 res = []
+# packed: 80 bins (one a micro-batch) of the committed synthetic RL lengths filled to 4096 by Megatron-RL's packer
+from tptune.packing.spec import PackingSpec  # noqa: E402
+from tptune.confirm.packed import draw_bins  # noqa: E402
+spec = PackingSpec.from_dict({"lengths": "config/packing/rl-bimodal.txt", "rule": "fill", "max_token_len": 4096,
+                              "seqs_per_step": 64})
 packed = out / "packed.json"
-packed.write_text(json.dumps({"capacity": 4096, "bins": [[1500, 900, 700, 500, 300], [2000, 1200, 600]]}))
+packed.write_text(json.dumps({"capacity": 4096, "bins": draw_bins(spec, spec.load("."), 4096, 80)}))
 for i in range(n + 1):
     kind = "packed" if i == n else "plain"
     argv = base + entry_args(seed=1234, packed=packed if kind == "packed" else None)
