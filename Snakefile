@@ -29,6 +29,8 @@ localrules:
     searches_done,
     collect,
     decide,
+    packing_plan,
+    packing_decide,
     report,
     check_run,
     all,
@@ -39,6 +41,7 @@ include: "rules/plan.smk"
 include: "rules/calibrate.smk"
 include: "rules/analyze.smk"
 include: "rules/search.smk"
+include: "rules/packing.smk"
 include: "rules/report.smk"
 
 

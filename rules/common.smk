@@ -11,8 +11,10 @@ from tptune.cases import WILDCARD_CONSTRAINTS
 from tptune.errors import ConfigError, TptuneError
 from tptune.measure.preflight import cpu_notes, resolve_here
 from tptune.records import progress, run_lock
-from tptune.records.run_dir import SESSION_JSON, RunDir, layer_session_name, point_session_name, step_session_name
+from tptune.records.run_dir import (SESSION_JSON, RunDir, layer_session_name, packed_session_name, point_session_name,
+                                    step_session_name)
 from tptune.search import measurement as wm
+from tptune.search import packed as packed_stage
 from tptune.search import steps as wf
 from tptune.settings import backend_defaults
 from tptune.settings.resolve import load_config_files
@@ -277,7 +279,8 @@ def scheduled_sessions():
     None where Snakemake's DAG cannot be read."""
     names = {"measure_step": lambda w: step_session_name(w.op, w.tp, w.dim, w.step),
              "measure_point": lambda w: point_session_name(w.op, w.tp),
-             "layer": lambda w: layer_session_name(w.tp)}
+             "layer": lambda w: layer_session_name(w.tp),
+             "measure_packed": lambda w: packed_session_name(w.tp, w.capacity)}
     try:
         dag = workflow.dag
         todo = set(dag.needrun_jobs())
@@ -302,3 +305,35 @@ def scheduled_sessions():
 def confirm_files(wc=None):
     """The report's confirm.json input where the confirm stage is on (confirm.enabled, te backend; rules/report.smk)."""
     return [str(R.confirm_json)] if S.confirm.enabled and S.backend == "te" else []
+
+
+# Packed micro-batches (workload.packing, rules/packing.smk; search.packed).
+_PACKING = packed_stage.packing_spec(S)
+_PACKED_NATIVE = {}     # tp -> the native points: one packing of every step, shared by the capacities' params
+
+
+def _packing_lengths():
+    if "lengths" not in _PACKED_NATIVE:
+        _PACKED_NATIVE["lengths"] = _PACKING.load(os.getcwd())
+    return _PACKED_NATIVE["lengths"]
+
+
+def packed_measurement(wc):
+    """The packed session's measurement settings (search.packed.packed_measurement): bins and native points from
+    the run config, so a change to workload.packing re-measures exactly these sessions."""
+    tp, lengths = int(wc.tp), _packing_lengths()
+    if tp not in _PACKED_NATIVE:
+        _PACKED_NATIVE[tp] = packed_stage.native_points(S, _PACKING, lengths, tp)
+    return _measure_params(packed_stage.packed_measurement(S, tp, int(wc.capacity), _PACKING, lengths,
+                                                           _PACKED_NATIVE[tp]))
+
+
+def packed_sessions(wc):
+    """The packed sessions the plan (packing/plan.json, a checkpoint) names."""
+    plan = _read(_ckpt_output(checkpoints.packing_plan))
+    return [str(R.packed_session(plan["tp"], c) / SESSION_JSON) for c in plan["capacities"]] if plan["tp"] else []
+
+
+def packing_files(wc=None):
+    """The report's packing.json input where the run has workload.packing (rules/report.smk)."""
+    return [str(R.packing_json)] if _PACKING is not None else []

@@ -112,6 +112,7 @@ rule report:
         measurements=str(R.measurements_parquet),
         decisions=str(R.decisions_json),
         confirm=confirm_files,
+        packing=packing_files,
     params:
         cfg=CONFIG_JSON,
         config=RESOLVED_CONFIG,

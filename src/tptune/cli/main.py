@@ -306,6 +306,49 @@ def cmd_layer(a) -> int:
     return 0
 
 
+def cmd_packing_plan(a) -> int:
+    """What the packed sessions measure (issue 53): their TP and capacities, after the run's decisions."""
+    from tptune.cli.packing import load_spec, write_plan
+
+    s = _settings(a.config)
+    spec, lengths = load_spec(a.config)
+    write_plan(s, _run_dir(a), spec, lengths, Path(a.out))
+    return 0
+
+
+def cmd_measure_packed(a) -> int:
+    """One packed block session (search.packed): the capacity's settings and the native points side by side."""
+    from tptune.cli.packing import load_spec
+    from tptune.search.packed import native_points, packed_measurement, session_members, settings_of
+
+    run = _run_dir(a)
+    spec, lengths = load_spec(a.config)
+    native = {}
+
+    def m_of(s):
+        if "n" not in native:
+            native["n"] = native_points(s, spec, lengths, a.tp)
+        return packed_measurement(s, a.tp, a.capacity, spec, lengths, native["n"])
+
+    s, m = _measured_settings(a, m_of)
+    settings = settings_of(load.read_json(run.layer_json(a.tp)), s)
+    members, contenders, always = session_members(a.tp, m, settings)
+    m = {**m, "members": [c.id for c in members], "contenders": contenders, "always": always}
+    _measure_session(s, m, members, run, run.packed_session(a.tp, a.capacity), presets_dir=run.presets)
+    return 0
+
+
+def cmd_packing_decide(a) -> int:
+    """packing.json and each framework's settings at the chosen T, from the packed sessions."""
+    from tptune.cli.packing import decide, load_spec
+
+    s = _settings(a.config)
+    spec, lengths = load_spec(a.config)
+    rec = decide(s, _run_dir(a), spec, lengths)
+    print(rec["sentence"])
+    return 0
+
+
 def cmd_tp_step(a) -> int:
     from tptune.decide.tp import memory_floor, tp_step
     from tptune.decide.tp_point import with_verdict
@@ -538,6 +581,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expect", help="digest of the measurement settings the workflow scheduled")
     p.set_defaults(fn=cmd_layer)
 
+    p = _step(sub, "packing-plan", "the packed sessions' TP and capacities (workload.packing), after decide")
+    for k in ("config", "out"):
+        p.add_argument(f"--{k}", required=True)
+    p.set_defaults(fn=cmd_packing_plan)
+
+    p = _step(sub, "measure-packed", "one packed block session: at capacity T, no overlap, the set and the "
+                                     "best preset, beside native micro-batches, side by side")
+    p.add_argument("--config", required=True)
+    p.add_argument("--tp", type=int, required=True)
+    p.add_argument("--capacity", type=int, required=True)
+    p.add_argument("--expect", help="digest of the measurement settings the workflow scheduled")
+    p.set_defaults(fn=cmd_measure_packed)
+
+    p = _step(sub, "packing-decide", "packing.json and each framework's settings at the chosen capacity")
+    p.add_argument("--config", required=True)
+    p.set_defaults(fn=cmd_packing_decide)
+
     p = _step(sub, "analyze-session", "trace metrics of every setting of one session")
     p.add_argument("--session", required=True, help="the session folder (holds session.json)")
     p.add_argument("--out", required=True)
@@ -683,7 +743,7 @@ def main(argv=None) -> int:
 
 
 # the subcommands that start worker groups (the others only read and write files)
-MEASURING = ("profile", "measure-step", "measure-point", "layer", "verify", "calibrate-window")
+MEASURING = ("profile", "measure-step", "measure-point", "layer", "measure-packed", "verify", "calibrate-window")
 
 
 def _interrupt_on_signals() -> None:

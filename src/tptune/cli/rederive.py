@@ -128,5 +128,10 @@ def rederive(s, run: RunDir) -> list[str]:
         write_record(lf, rec)
     rederive_confirm(run)       # the training-loop stage's comparisons, from its recorded launches
     answer(s, run, finals)
+    if run.packing_plan_json.is_file():     # the packed sessions' decision (workload.packing), from its plan
+        from tptune.cli.packing import decide as packing_decide, load_spec
+
+        spec, lengths = load_spec(run.config_json)
+        packing_decide(s, run, spec, lengths)
     render_report(s, run, run.report_md)
     return notes

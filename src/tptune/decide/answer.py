@@ -24,7 +24,7 @@ from tptune.decide.tp_point import (
     with_verdict,
 )
 from tptune.records import load
-from tptune.records.run_dir import RunDir, layer_session_name
+from tptune.records.run_dir import RunDir, is_packed_session, layer_session_name
 from tptune.records.sessions import Session, load_pooled_with, load_sessions, named, recorded_gpu_memory
 from tptune.settings.resolve import Settings
 from tptune.stats.efficiency import Efficiency, op_efficiency
@@ -96,7 +96,8 @@ def _op_choice(s: Settings, op: str, final: dict, points: dict[int, dict], sessi
 
 def decide(s: Settings, run: RunDir, final_files: list[Path]) -> Answer:
     floor = s.decision.noise_floor
-    sessions = load_sessions(run)
+    # the packed block sessions (workload.packing) come after this decision and are not its evidence
+    sessions = [x for x in load_sessions(run) if not is_packed_session(x.name)]
     records, points_by_op = {}, {}
     for f in final_files:
         final = load.read_json(f)

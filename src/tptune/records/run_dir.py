@@ -79,7 +79,8 @@ class RunDir:
     def plan_csv(self) -> Path:
         return self.root / "plan.csv"
 
-    # sessions/<op>/tp<N>/<dim>/step<k>, sessions/<op>/tp<N>/point, sessions/layer/tp<N>
+    # sessions/<op>/tp<N>/<dim>/step<k>, sessions/<op>/tp<N>/point, sessions/layer/tp<N>,
+    # sessions/layer/tp<N>/pack<T>
     @property
     def sessions(self) -> Path:
         return self.root / "sessions"
@@ -93,6 +94,10 @@ class RunDir:
 
     def layer_session(self, tp) -> Path:
         return self.sessions / layer_session_name(tp)
+
+    def packed_session(self, tp, capacity) -> Path:
+        """The packed block session at capacity T (issue 53, docs/packing.md): beside the layer session's members."""
+        return self.sessions / packed_session_name(tp, capacity)
 
     def session_name(self, session_dir: str | Path) -> str:
         """A session folder's name relative to sessions/ ("qkv/tp2/point", "layer/tp2")."""
@@ -171,6 +176,22 @@ class RunDir:
     def preset_yaml(self, name: str) -> Path:
         return self.presets / f"{name}.yaml"
 
+    # packing/: packed micro-batches (workload.packing, docs/packing.md)
+    @property
+    def packing_plan_json(self) -> Path:
+        """What the packed sessions measure: the TP, the capacities T, the settings (tptune packing-plan)."""
+        return self.packing_dir / "plan.json"
+
+    @property
+    def packing_json(self) -> Path:
+        """The packing decision: overlap on or off at which T (tptune packing-decide)."""
+        return self.root / "packing.json"
+
+    @property
+    def packing_dir(self) -> Path:
+        """The packing plan and each framework's settings at the chosen T (packing.emit), as users load them."""
+        return self.root / "packing"
+
     @property
     def pooled_with_json(self) -> Path:
         """Sessions elsewhere that measured the block's pair (stats.pooled), when the run has them."""
@@ -246,3 +267,13 @@ def point_session_name(op: str, tp) -> str:
 
 def layer_session_name(tp) -> str:
     return f"layer/tp{tp}"
+
+
+def packed_session_name(tp, capacity) -> str:
+    return f"layer/tp{tp}/pack{capacity}"
+
+
+def is_packed_session(name: str) -> bool:
+    """A packed block session's name (layer/tp<N>/pack<T>): measured after the run's decisions, which never read it."""
+    parts = name.split("/")
+    return len(parts) == 3 and parts[0] == "layer" and parts[2].startswith("pack")

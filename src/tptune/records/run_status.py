@@ -26,7 +26,8 @@ def stage_name(rel: str) -> str:
     """A session's stage in words: "layer stage at TP=2", "qkv TP=2 search chunks step 0", "fc2 TP=2 point"."""
     parts = rel.split("/")
     if parts[0] == "layer":
-        return f"layer stage at TP={parts[1][2:]}"
+        packed = f" on packed micro-batches of T={parts[2][4:]}" if len(parts) == 3 else ""
+        return f"layer stage at TP={parts[1][2:]}{packed}"
     op, tp, *rest = parts
     if rest == ["point"]:
         return f"{op} TP={tp[2:]} TP point"
@@ -35,9 +36,10 @@ def stage_name(rel: str) -> str:
 
 def measuring_output(run: RunDir, rel: str) -> Path:
     """The output of the job that measures session ``rel`` (sessions/<rel>): snakemake -R on it
-    re-measures the session and re-derives what follows. The layer stage's job writes layer/tp<N>.json."""
+    re-measures the session and re-derives what follows. The layer stage's job writes layer/tp<N>.json (a packed
+    block session, layer/tp<N>/pack<T>, its session.json)."""
     parts = rel.split("/")
-    if parts[0] == "layer":
+    if parts[0] == "layer" and len(parts) == 2:
         return run.layer_json(parts[1][2:])
     return run.sessions / rel / SESSION_JSON
 

@@ -19,6 +19,7 @@ from tptune.model.plan import plan_summary
 from tptune.records import load
 from tptune.records.files import write_text_atomic
 from tptune.report.confirm_section import confirm_headline, confirm_section, with_confirm_section
+from tptune.report.packing_section import packing_headline, packing_section, with_packing_section
 from tptune.records.layer_result import decided_layers
 from tptune.records.measured_point import decided_points
 from tptune.records.measured_point import MeasuredPoint
@@ -395,5 +396,7 @@ def render_report(s: Settings, run: RunDir, out: Path) -> Path:
         status=status, measured_with=_measured_with(sessions), wall_time=wall_time_line(run, sessions),
     )
     text = with_confirm_section(text, confirm_section(env_t, run), confirm_headline(run))
+    text = with_packing_section(text, packing_section(env_t, run, int(s.layer.num_layers), s.device != "cuda"),
+                                packing_headline(run))
     write_text_atomic(out, text)
     return out

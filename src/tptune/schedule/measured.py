@@ -4,7 +4,8 @@ session that started a worker group, its members' run.json for the start's secon
 The workflow's order (rules/search.smk, rules/common.smk): within one (op, TP, dimension) the search
 steps run one after the other; the TP point after every step of its (op, TP); the op's next TP (its TP
 decision's checkpoint) after that point; the layer stage of every TP once every op's search is over
-(``searches_done``), so after every TP point. ``dependencies`` gives each session the sessions it
+(``searches_done``), so after every TP point; the packed block sessions (layer/tp<N>/pack<T>, search.packed)
+after the decisions, so after every layer session. ``dependencies`` gives each session the sessions it
 waits for and the kind of bookkeeping between them (``EDGES``); ``gaps`` measures that bookkeeping in a
 run: from the moment a session could have started (its dependencies ended and its GPUs were free) to
 its ``started``.
@@ -34,6 +35,7 @@ MAX_GAP_S = 120.0
 _STEP = re.compile(r"^(?P<op>[^/]+)/tp(?P<tp>\d+)/(?P<dim>[^/]+)/step(?P<step>\d+)$")
 _POINT = re.compile(r"^(?P<op>[^/]+)/tp(?P<tp>\d+)/point$")
 _LAYER = re.compile(r"^layer/tp(?P<tp>\d+)$")
+_PACKED = re.compile(r"^layer/tp(?P<tp>\d+)/pack(?P<capacity>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,10 @@ def parse_name(name: str) -> tuple[str, int, str, str | None, int | None]:
         return m["op"], int(m["tp"]), "points", None, None
     if m := _LAYER.match(name):
         return "layer", int(m["tp"]), "blocks", None, None
-    raise ValueError(f"{name}: not a session name (<op>/tp<N>/<dim>/step<k>, <op>/tp<N>/point or layer/tp<N>)")
+    if m := _PACKED.match(name):     # a packed block session (search.packed), costed as a block
+        return "layer", int(m["tp"]), "blocks", None, None
+    raise ValueError(f"{name}: not a session name (<op>/tp<N>/<dim>/step<k>, <op>/tp<N>/point, layer/tp<N> or "
+                     "layer/tp<N>/pack<T>)")
 
 
 def _start_seconds(folder: Path, rec: dict) -> float | None:
@@ -153,8 +158,11 @@ def dependencies(sessions: list[MeasuredSession]) -> dict[str, tuple[tuple[str, 
                 prev = previous_point(op, tp)
                 deps[points[(op, tp)]] = (prev, "next_tp" if prev else "first")
     all_points = tuple(sorted(points.values()))
+    blocks = tuple(sorted(x.name for x in sessions if _LAYER.match(x.name)))
     for x in sessions:
-        if x.op == "layer":
+        if _PACKED.match(x.name):      # after the decisions, so after every layer session
+            deps[x.name] = (blocks or all_points, "block" if blocks or all_points else "first")
+        elif x.op == "layer":
             deps[x.name] = (all_points, "block" if all_points else "first")
     return deps
 
