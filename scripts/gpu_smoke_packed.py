@@ -104,7 +104,10 @@ def main() -> int:
         run = read_run_json(sess / c.dir_name)
         t = run.get("timing") or {}
         corr = run.get("correctness") or {}
-        out_err = ((corr.get("tensors") or {}).get("output") or {}).get("rel_l2")
+        tensors = corr.get("tensors") or {}
+        if isinstance(tensors, list):        # the te block's check lists its tensors, each with its name
+            tensors = {x.get("name"): x for x in tensors if isinstance(x, dict)}
+        out_err = (tensors.get("output") or {}).get("rel_l2")
         row = {"case": c.id, "status": run["status"], "total_ms": (t.get("total_ms") or {}).get("median"),
                "fwd_only_ms": (t.get("fwd_only_ms") or {}).get("median"), "correct": corr.get("ok"),
                "output_rel_l2": out_err, "pack": {k: v for k, v in (run.get("pack") or {}).items() if k != "lengths"},
