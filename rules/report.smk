@@ -87,9 +87,11 @@ rule confirm:
     input:
         decisions=str(R.decisions_json),
         model=MODEL_JSON,
+        packing=packing_files,     # with workload.packing the loop trains packed data at its decided capacity
     params:
         run_dir=lambda wc, output: os.path.dirname(output[0]),
         c=S.confirm,
+        packed=" --packed" if packing_files() else "",
         checkout=(f" --megatron-lm {shlex.quote(S.confirm.megatron_lm)}" if S.confirm.megatron_lm else ""),
     resources:
         gpus=max(S.tp_sizes),
@@ -101,7 +103,7 @@ rule confirm:
         "tptune confirm {params.run_dir} --rounds {params.c.rounds} --max-layers {params.c.max_layers}"
         " --iters {params.c.iters} --micro-batches {params.c.micro_batches} --timeout {params.c.timeout_s}"
         " --max-rounds {params.c.max_rounds} --budget {params.c.budget_s} --target {params.c.target_half_width}"
-        "{params.checkout} --exit-zero > {log} 2>&1"
+        "{params.checkout}{params.packed} --exit-zero > {log} 2>&1"
 
 
 rule report:

@@ -18,6 +18,7 @@ from tptune.confirm.packed import packed_plan, tokens_per_second
 from tptune.confirm.settings import confirm_settings
 from tptune.confirm.stage import model_config
 from tptune.confirm.train_data import PackedSamples, ProgressionSamples
+from tptune.confirm.available import ConfirmUnavailable
 from tptune.errors import ConfigError
 from tptune.records.run_dir import RunDir
 
@@ -91,7 +92,7 @@ def test_the_packed_stage_refuses_what_it_cannot_run(tmp_path):
     run = _run(tmp_path / "b")
     with pytest.raises(ConfigError, match="multiple of TP 2"):
         packed_plan(run, model_config(run), capacity=4097, iters=10, micro_batches=4, tp=2)
-    with pytest.raises(ConfigError, match="no capacity decided"):
+    with pytest.raises(ConfirmUnavailable, match="decided none"):
         packed_plan(run, model_config(run), capacity=None, iters=10, micro_batches=4, tp=2)
 
 

@@ -63,8 +63,9 @@ def packed_plan(run: RunDir, mc, *, capacity: int | None, iters: int, micro_batc
     lengths = spec.load(base)
     t = capacity or decided_capacity(run)
     if t is None:
-        raise ConfigError(str(run.root / "packing.json"), ["no capacity decided (packing.json has none): give "
-                                                           "--capacity T"])
+        from tptune.confirm.available import ConfirmUnavailable
+        raise ConfirmUnavailable(f"the packed loop needs a capacity T and {run.root / 'packing.json'} decided none "
+                                 "(give --capacity T)")
     if t % tp or t < int(lengths.max()):
         raise ConfigError("--capacity", [f"{t}: expected a multiple of TP {tp} that holds the longest sequence "
                                          f"({int(lengths.max())} tokens)"])
