@@ -5,7 +5,10 @@ The sessions are those the search will plan where nothing moves (every setting t
 benchmarks/knob_sessions.py steps the knob planner): per op and TP the search's steps with their members
 (the knob planner's sessions, or each dimension's bisection / grid steps), the TP point (the references,
 the search's winners and the tuned combination), and the layer stage's block per TP (none, its bound,
-TE's defaults, the presets, the tuned combination); every TP of ``tp_sizes`` is counted for every op (an
+TE's defaults, the presets, the tuned combination), and with ``workload.packing`` one packed block session per
+capacity T (search.packed.planned: no overlap, the set and the best preset at T beside the native points; counted
+at the largest TP, since the model TP is known only after the decisions; a member-round a block's scaled by its
+tokens over the workload's and by the forward-only timing every packed round adds); every TP of ``tp_sizes`` is counted for every op (an
 upper bound unless ``decision.explore_all_tps``). A session's rounds are its round budget times the
 share sessions of its kind used in the committed runs; its seconds are its member-rounds times the
 committed runs' seconds per member-round of its kind and TP (schedule.wall_fit), and the bookkeeping,
@@ -25,7 +28,8 @@ from tptune.model.plan import cpu_size_ratio
 from tptune.schedule import measured as ms
 from tptune.schedule.simulate import Job, Node, simulate
 from tptune.schedule.wall_fit import load_table, member_round_s
-from tptune.search import knob_search, steps
+from tptune.records.run_dir import packed_session_name
+from tptune.search import knob_search, packed, steps
 from tptune.search.knobs import plan_result
 from tptune.settings.resolve import Settings
 
@@ -124,12 +128,13 @@ def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession]
     """The sessions the run will plan (module doc), as the scheduler's sessions and as costed."""
     out: list[PlannedSession] = []
 
-    def add(name: str, tp: int, kind: str, members: int, budget: int | None, lo: int | None):
+    def add(name: str, tp: int, kind: str, members: int, budget: int | None, lo: int | None, scale: float = 1.0):
         share = table["rounds_share"].get(kind, 1.0)
         budget = int(budget or 4)
         rounds = min(budget, max(int(lo or 1), math.ceil(budget * share)))
         per_mr, _ = member_round_s(table, kind, tp)
-        out.append(PlannedSession(name, tp, kind, members, rounds, members * rounds * per_mr * cpu_scale(s, tp)))
+        out.append(PlannedSession(name, tp, kind, members, rounds,
+                                  members * rounds * per_mr * cpu_scale(s, tp) * scale))
 
     for tp in s.tp_sizes:
         for op in s.ops:
@@ -146,12 +151,24 @@ def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession]
             add(f"{op}/tp{tp}/point", tp, "points", len(members), t.max_rounds, t.min_rounds)
         if s.layer.enabled:
             add(f"layer/tp{tp}", tp, "blocks", _block_members(s), s.timing.max_rounds, s.timing.min_rounds)
+    ptp, pk, _ = packed.planned(s)        # workload.packing: after the decisions (search.packed)
+    for cap, tokens in pk:
+        add(packed_session_name(ptp, cap), ptp, "blocks", len(tokens), s.timing.max_rounds, s.timing.min_rounds,
+            packed_scale(s, tokens))
     as_measured = [ms.MeasuredSession(name=x.name, op=ms.parse_name(x.name)[0], tp=x.tp, kind=x.kind,
                                       dim=ms.parse_name(x.name)[3], step=ms.parse_name(x.name)[4],
                                       started=float(i), held_s=x.seconds, start_s=0.0, group_starts=0,
                                       members=x.members, rounds=x.rounds, gpu_ids=None)
                    for i, x in enumerate(out)]
     return as_measured, out
+
+
+def packed_scale(s: Settings, tokens: list[int]) -> float:
+    """A packed session's member-round over a block's (the fit's kind): its members' mean tokens over the
+    workload's (seq x micro-batch; GEMMs grow linearly in the tokens, attention within each sequence less), and
+    the forward-only timing every packed round adds."""
+    w = s.model.workload
+    return sum(tokens) / len(tokens) / (w.seq_length * w.micro_batch_size) * (1 + packed.FORWARD_ONLY_SHARE)
 
 
 def cpu_scale(s: Settings, tp: int) -> float:
@@ -223,6 +240,12 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None,
     if s.device != "cuda" and (r := cpu_scale(s, min(s.tp_sizes))) > 1:
         notes.append(f"on CPU each member-round costed {r:.0f}× the fit's: the model's GEMM work per iteration over "
                      "the CPU default's")
+    ptp, pcaps, pnote = packed.planned(s)
+    if pcaps:
+        notes.append(f"{len(pcaps)} packed block sessions (workload.packing: T = {', '.join(str(c) for c, _ in pcaps)}, "
+                     f"each beside the native points) counted at TP {ptp} (the model TP is known only after the "
+                     "decisions), as blocks scaled by their tokens over the workload's and by the forward-only "
+                     "timing" + (f"; {pnote}" if pnote else ""))
     confirm_s, confirm_note = confirm_seconds(s, table)
     if confirm_note:
         notes.append(confirm_note)

@@ -6,9 +6,10 @@ decision.json is not written yet may still lead to the next); per (op, TP) and s
 steps not yet measured (a knob search: its next session only, since the planner decides the one after
 from this one's result; a bisection: every halving left of ceil(log2(candidates)), an upper bound; a
 grid: its one session); the TP point's session; and with the layer stage on, the block session of each
-TP every op has reached. A session whose session.json exists counts as measured: what a rerun
-re-measures of the recorded sessions is Snakemake's to know (rules/common.smk scheduled_sessions gives
-the progress record what its DAG holds when the invocation starts).
+TP every op has reached, and with workload.packing the packed block sessions (packing/plan.json's, or before
+it the run's plan at the largest TP: search.packed.planned). A session whose session.json exists counts as
+measured: what a rerun re-measures of the recorded sessions is Snakemake's to know (rules/common.smk
+scheduled_sessions gives the progress record what its DAG holds when the invocation starts).
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import json
 import math
 from dataclasses import dataclass
 
-from tptune.records.run_dir import (SESSION_JSON, RunDir, layer_session_name, point_session_name,
-                                    step_session_name)
+from tptune.records.run_dir import (SESSION_JSON, RunDir, layer_session_name, packed_session_name,
+                                    point_session_name, step_session_name)
+from tptune.search import packed
 from tptune.search.steps import Dimension, dimensions, search_mode
 from tptune.settings.resolve import Settings
 
@@ -39,8 +41,22 @@ def sessions_ahead(s: Settings, run: RunDir) -> Ahead:
             names.append(point_session_name(op, tp))
     if s.layer.enabled and reached:
         names += [layer_session_name(tp) for tp in sorted(set.intersection(*(set(t) for t in reached.values())))]
+    if s.layer.enabled and reached:
+        names += packed_ahead(s, run)
     return Ahead(frozenset(n for n in names if not (run.sessions / n / SESSION_JSON).is_file()),
                  run.searches_done.is_file())
+
+
+def packed_ahead(s: Settings, run: RunDir) -> list[str]:
+    """The packed block sessions (workload.packing, search.packed): those packing/plan.json names once the
+    decisions made it, else those the run would plan at the largest TP (search.packed.planned)."""
+    if packed.packing_spec(s) is None:
+        return []
+    plan = _read(run.packing_plan_json)
+    if plan is not None:
+        return [str(n) for n in plan.get("sessions") or []]
+    tp, caps, _ = packed.planned(s)
+    return [packed_session_name(tp, c) for c, _ in caps]
 
 
 def tps_reached(s: Settings, run: RunDir, op: str) -> list[int]:

@@ -155,3 +155,28 @@ def plan_record(s: Settings, tp: int | None, why: str, caps: list[int], settings
     """packing/plan.json: what the packed sessions measure (the workflow reads the TP and the capacities)."""
     return {"tp": tp, "why": why, "capacities": caps if tp else [], "settings": settings,
             "sessions": [packed_session_name(tp, c) for c in caps] if tp else []}
+
+
+FORWARD_ONLY_SHARE = 1 / 3    # a packed round also times the forward alone: about a third of fwd+bwd
+
+
+def planned(s: Settings, base_dir=".") -> tuple[int | None, list[tuple[int, list[int]]], str | None]:
+    """Before anything is measured (schedule.plan_estimate): (the TP the packed sessions are counted at, [(T, each
+    member's tokens)], a note on what was assumed), or (None, [], None) for a run without them. The TP is known
+    only after the decisions: counted at the largest of tp_sizes (at least 2). Lengths that do not read from
+    ``base_dir`` leave the capacities given (or the budget and twice it) and three native points at the budget."""
+    spec = packing_spec(s)
+    tps = [t for t in s.tp_sizes if t >= 2]
+    if spec is None or not s.layer.enabled or not tps:
+        return None, [], None
+    tp = max(tps)
+    settings = 2 + int(s.backend == "te" and bool(s.search.te_presets))    # none, the set[, the best preset]
+    try:
+        lengths = spec.load(base_dir)
+        caps, native = capacities(s, spec, lengths, tp), [t for t, _ in native_points(s, spec, lengths, tp)]
+        note = None
+    except Exception as exc:  # noqa: BLE001 - a prediction never stops planning (the lengths are validated apart)
+        caps = list(spec.capacities or (spec.max_token_len, 2 * spec.max_token_len))
+        native = [spec.max_token_len] * len(NATIVE_QUANTILES)
+        note = f"the packing lengths did not read here ({type(exc).__name__}): the packed sessions counted roughly"
+    return tp, [(c, [c] * settings + native) for c in caps], note
