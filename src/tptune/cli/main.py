@@ -213,6 +213,7 @@ def _measure_session(s, m: dict, cases, run: RunDir, sdir: Path, presets_dir: Pa
         run.session_name(sdir), cases, s.model, op_settings,
         contenders=m["contenders"], canary=parse_case_id(m["canary"]) if m["canary"] else None,
         margin=m["margin"], tie_margin=m["tie_margin"], faults=faults, evidence=m["evidence"],
+        profile=m.get("profile", True),
         always=m["always"], record={**m, **({"injected_faults": faults} if faults else {})})
     rec = Launcher(s).session(spec, sdir)
     bad = rec["failed"]

@@ -526,7 +526,8 @@ class Launcher:
         measured.order.append([c.id for c in order])
         for case in order:
             first = not measured.rounds[case.id]
-            settings = self._settings_for(case, spec.op_settings, spec.faults, profile=first and spec.evidence,
+            settings = self._settings_for(case, spec.op_settings, spec.faults,
+                                          profile=first and spec.evidence and spec.profile,
                                           check=first and spec.evidence)
             n = host_attempts(measured.rounds[case.id])
             if n is not None:

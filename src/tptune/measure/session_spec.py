@@ -25,6 +25,8 @@ class SessionSpec:
     faults: case id -> an injected fault (tests of the failure paths).
     evidence: record each member's profiler traces and numerics check in its first round (the TP
     point's finalists need them; a search step's points do not).
+    profile: with ``evidence``, the traces too (False: the numerics check alone; the packed block sessions,
+    whose traces nothing reads).
     always: members measured in every round (with the references, no overlap and the bound), e.g. the
     layer stage's tuned block, which every other block is compared to.
     record: the measurement settings the session is measured with (search.measurement), kept in
@@ -44,6 +46,7 @@ class SessionSpec:
     tie_margin: float | None = None
     faults: dict = field(default_factory=dict)
     evidence: bool = True
+    profile: bool = True
     always: tuple[str, ...] | None = None
     record: dict | None = None
 

@@ -99,7 +99,9 @@ def packed_measurement(s: Settings, tp: int, capacity: int, spec: PackingSpec, l
     op = replace(s.op(s.ops[0]), check=True)
     m = measurement(s, op, None, canary=None, margin=s.decision.noise_floor, tie_margin=None, evidence=True,
                     layer={**s.layer.block_settings(), "bins": bins})
-    return m | {"packing": {"capacity": capacity, "native": [list(x) for x in points], "rule": spec.rule,
+    # the numerics check of every member's first round (the set on packed input computes as no overlap does),
+    # without profiler traces: nothing reads a packed session's
+    return m | {"profile": False, "packing": {"capacity": capacity, "native": [list(x) for x in points], "rule": spec.rule,
                             **({"presets": list(s.search.te_presets or [])} if s.backend == "te" else {})}}
 
 
