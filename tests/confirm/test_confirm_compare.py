@@ -44,3 +44,20 @@ def test_one_round_judges_only_a_gross_difference():
     ls[1] = launch("set", 0, 97, [x * (1 + 2e-2) for x in BASE])
     assert numerics(ls, "set", "none", n=3)["ok"] is False
     assert numerics(ls[:1], "set", "none", n=3)["ok"] is None      # never ran beside it: no verdict
+
+
+def test_an_added_round_runs_the_set_and_only_the_references_still_unresolved():
+    from tptune.confirm.stopping import arms_needed, headline_pairs, rounds_needed, verdict
+
+    arms = ["set", "preset", "nemo", "none"]
+    pairs = headline_pairs(arms)
+    assert pairs == [("set", "preset"), ("set", "nemo")]
+    wide = {"ratio": 0.99, "lo": 0.98, "hi": 1.0, "rounds": 3}
+    tight = {"ratio": 0.99, "lo": 0.988, "hi": 0.992, "rounds": 3}
+    assert arms_needed(arms, {"set/preset": wide, "set/nemo": tight}, pairs, 0.005) == ["set", "preset"]
+    assert arms_needed(arms, {"set/preset": tight, "set/nemo": None}, pairs, 0.005) == ["set", "nemo"]
+    v = verdict({"set/preset": wide, "set/nemo": tight}, pairs, 0.005)
+    assert v["resolved"] is False and v["pairs"]["set/nemo"]["resolved"] is True
+    # half-width 0.01 at 3 rounds (t(2) = 4.303): 0.005 needs the n with 0.01 * (t(n-1)/sqrt(n)) / (4.303/sqrt(3))
+    # <= 0.005: n = 6 gives 2.571/sqrt(6) / (4.303/sqrt(3)) = 0.4225 -> 0.0042; n = 5: 2.776/sqrt(5) / 2.484 = 0.4998
+    assert rounds_needed(wide, 0.005) == 5 and rounds_needed(tight, 0.005) == 3

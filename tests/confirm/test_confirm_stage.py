@@ -74,6 +74,8 @@ def test_rounds_are_added_until_the_target_and_an_unresolved_stage_says_what_it_
                  STANDIN_NOISE="0.05")
     rec = json.loads((run / "confirm.json").read_text())
     assert rec["rounds"] == 3 and rec["stopped"] == "the round cap (3)" and rec["resolution"]["resolved"] is False
+    added = {x["setting"] for x in rec["launches"] if x["round"] == 2}
+    assert "none" not in added and "set" in added          # an added round runs what its open pairs need
     need = rec["resolution"]["pairs"]["set/preset"]["rounds_needed"]
     assert need is None or need > 3
     assert "UNDECIDED" in p.stdout

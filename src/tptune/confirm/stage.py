@@ -108,7 +108,8 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
             if r >= rounds and stopping.resolved(ratios, pairs, target):
                 stop_why = f"resolved: every headline half-width at most {target:.1%}"
                 break
-            todo = [(pos, name) for pos, name in enumerate(rotation(names, r)) if (r, name) not in have]
+            arms_r = names if r < rounds else stopping.arms_needed(names, ratios, pairs, target)
+            todo = [(pos, name) for pos, name in enumerate(rotation(arms_r, r)) if (r, name) not in have]
             if r >= rounds and todo:
                 per = (sum(walls) / len(walls)) if walls else timeout_s
                 if time.monotonic() - t0 + per * len(todo) > budget_s:

@@ -3,6 +3,10 @@ against the best preset, and against each reference preset run as its own arm) h
 the target (0.5% by default), or the next round would pass the time budget, or the rounds reach their cap. A stage
 that stops unresolved says so, with the rounds the present spread would need (the half-width scales as
 t(n-1)/sqrt(n) at the same per-round spread).
+
+An added round runs only the arms its unresolved pairs need (the set and those references, in SETTINGS order,
+rotated as every round): no overlap, and a reference already resolved, have their rounds from the first ones, and
+a launch costs as much as any other, so leaving them out fits more of the rounds that decide into the budget.
 """
 from __future__ import annotations
 
@@ -54,3 +58,9 @@ def verdict(ratios: dict, pairs: list[tuple[str, str]], target: float) -> dict:
         out[f"{a}/{b}"] = {"half_width": None if hw is None else round(hw, 5),
                            "resolved": hw is not None and hw <= target, "rounds_needed": rounds_needed(r, target)}
     return {"target_half_width": target, "pairs": out, "resolved": resolved(ratios, pairs, target)}
+
+
+def arms_needed(arms: list[str], ratios: dict, pairs: list[tuple[str, str]], target: float) -> list[str]:
+    """The arms an added round runs (module doc): the set and each reference whose pair is unresolved."""
+    open_refs = {b for a, b in pairs if (h := half_width(ratios.get(f"{a}/{b}"))) is None or h > target}
+    return [a for a in arms if a == "set" or a in open_refs]
