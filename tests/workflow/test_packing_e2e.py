@@ -110,3 +110,13 @@ def test_the_reports_first_screen_states_the_answer_in_one_sentence(finished):
     assert "**veRL (Megatron engine) cannot hold a fixed token count today**" in section
     assert "The native batching's fit" in section and "**Memory**" in section
     assert json.loads((w / RUN / "status.json").read_text())
+
+
+def test_a_second_run_measures_nothing_again(finished):
+    """The packed sessions' params are the run config's alone (bins and native points drawn by seed): a rerun keeps
+    them, and its dry run counts them measured."""
+    w, _, _ = finished
+    p = smk(w, "-n")
+    out = p.stdout + p.stderr
+    assert "Nothing to be done" in out and "for 0 planned sessions" in out
+    assert re.search(r"; 6 already measured with these settings, not counted", out)   # qkv's 3, the block, 2 packed

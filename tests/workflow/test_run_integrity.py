@@ -192,8 +192,8 @@ SETTINGS = [
     ("workload.seq_length", 256, True), ("workload.micro_batch_size", 2, True), ("workload.dtype", "bf16", True),
     ("workload.recipe", "current", False), ("workload.fp8_format", "e4m3", False),   # FP8 only: nothing here
     ("workload.fp8_emulation", "bf16", False),
-    # workload.packing (issue 53, docs/packing.md): one key alone is a packing block refused for its missing keys;
-    # no session of this run measures packed blocks (the packed-block measurement classifies them when one does)
+    # workload.packing (issue 53, docs/packing.md): one key alone is a packing block refused for its missing keys, and
+    # this run has no packing stage; which keys re-measure the packed sessions: tests/search/test_packed_sessions.py
     ("workload.packing.lengths", "config/packing/rl-bimodal.txt", False), ("workload.packing.rule", "slime", False),
     ("workload.packing.max_token_len", 4096, False), ("workload.packing.seqs_per_step", 8, False),
     ("workload.packing.forward_passes", 1, False), ("workload.packing.capacities", [2048], False),

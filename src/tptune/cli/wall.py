@@ -79,6 +79,8 @@ def measured_already(s, names) -> set[str]:
     the run config gives them now (search.measurement.settings_unchanged): what a rerun keeps."""
     import json
 
+    from tptune.records.run_dir import is_packed_session
+    from tptune.search import packed
     from tptune.search.measurement import settings_unchanged
 
     run = RunDir.of_run(s.run)
@@ -88,7 +90,8 @@ def measured_already(s, names) -> set[str]:
             rec = json.loads((run.sessions / name / "session.json").read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(rec, dict) and settings_unchanged(s, name, rec.get("settings")):
+        same = packed.settings_unchanged if is_packed_session(name) else settings_unchanged
+        if isinstance(rec, dict) and same(s, name, rec.get("settings")):
             out.add(name)
     return out
 

@@ -23,6 +23,7 @@ record (the job's input), as the layer stage's follow from the TP points.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -33,7 +34,7 @@ from tptune.packing.capacity import multiple
 from tptune.packing.rules import round_up
 from tptune.packing.spec import PackingSpec
 from tptune.records.run_dir import packed_session_name
-from tptune.search.measurement import measurement
+from tptune.search.measurement import MEMBER_KEYS, measurement
 from tptune.settings.resolve import Settings
 
 NATIVE_QUANTILES = (0.05, 0.5, 0.95)   # of the native micro-batches' token counts: the fit's points
@@ -182,3 +183,18 @@ def planned(s: Settings, base_dir=".") -> tuple[int | None, list[tuple[int, list
         native = [spec.max_token_len] * len(NATIVE_QUANTILES)
         note = f"the packing lengths did not read here ({type(exc).__name__}): the packed sessions counted roughly"
     return tp, [(c, [c] * settings + native) for c in caps], note
+
+
+def settings_unchanged(s: Settings, name: str, recorded: dict | None, base_dir=".") -> bool:
+    """search.measurement.settings_unchanged for a packed session (layer/tp<N>/pack<T>): its recorded measurement
+    settings are those the run config gives it now, its members aside."""
+    spec = packing_spec(s)
+    parts = name.split("/")
+    if spec is None or not isinstance(recorded, dict) or len(parts) != 3:
+        return False
+    try:
+        now = packed_measurement(s, int(parts[1][2:]), int(parts[2][4:]), spec, spec.load(base_dir))
+    except (ValueError, OSError):
+        return False
+    strip = (lambda m: {k: v for k, v in m.items() if k not in MEMBER_KEYS})
+    return strip(json.loads(json.dumps(now, default=str))) == strip(recorded)
