@@ -95,6 +95,12 @@ def test_a_capacity_whose_set_failed_is_left_out_and_named(run):
     assert any(native_384 in p for p in rec["problems"])
     # the 384 session's first native point failed: its fit has the other two (still a line), the 256 session's three
     assert rec["native"]["fit"]["degree"] == 1
+    # the set at T computed otherwise than no overlap on packed input: never the answer
+    wrong = session(384, native, SETTINGS)
+    set_384 = capacity_cases(2, 384, SETTINGS)["set"].id
+    wrong.points[set_384] = wrong.points[set_384].with_(correctness={"ok": False})
+    rec, d = packing_record(s, spec, lengths, PLAN, {256: session(256, native, SETTINGS), 384: wrong}, None, None)
+    assert [c.capacity for c in d.results] == [256] and any("failed its numerics" in p for p in rec["problems"])
 
 
 def test_one_native_token_count_fits_a_constant_and_nothing_measured_says_why(run):

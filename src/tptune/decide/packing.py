@@ -76,6 +76,10 @@ def read_rounds(sessions: dict[int, Session], tp: int, settings: dict, forward_p
         if none is None or tuned is None or not none.ok or not tuned.ok:
             problems.append(f"T = {cap} left out: no overlap or the set at T was not measured")
             continue
+        if tuned.correct is False:     # the numerics rule of the layer stage: a failing setting is never the answer
+            problems.append(f"T = {cap} left out: the set failed its numerics check on packed input "
+                            f"({cases['set'].id})")
+            continue
         times[cap] = CapacityTimes(cap, _rounds(none, FWDBWD, base), _rounds(tuned, FWDBWD, base),
                                    _rounds(none, FWD, base) if forward_passes else None,
                                    _rounds(tuned, FWD, base) if forward_passes else None)
