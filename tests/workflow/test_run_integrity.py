@@ -203,6 +203,8 @@ SETTINGS = [
     # the confirm stage (Megatron-LM's training loop) runs after decide and measures no session
     ("confirm.enabled", True, False), ("confirm.rounds", 5, False), ("confirm.iters", 40, False),
     ("confirm.timeout_s", 200, False), ("confirm.micro_batches", 8, False), ("confirm.max_layers", 3, False),
+    ("confirm.max_rounds", 6, False), ("confirm.budget_s", 200, False), ("confirm.target_half_width", 0.01, False),
+    ("confirm.megatron_lm", "/opt/Megatron-LM", False),
 ]
 
 

@@ -27,7 +27,7 @@ def load_spec(config_json: str | Path) -> tuple[PackingSpec, np.ndarray]:
     """The run's ``workload.packing`` and its lengths, read from the folder the run was resolved in (config.json's
     _base_dir; the checkout here where the run folder was copied from another machine)."""
     path = Path(config_json)
-    cfg = json.loads(path.read_text())
+    cfg = load.read_json(path)
     spec = PackingSpec.from_config(cfg)
     if spec is None:
         raise ConfigError(str(path), ["field 'workload.packing': absent: this run has no packing stage "
