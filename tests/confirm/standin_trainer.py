@@ -25,7 +25,7 @@ if fail and fail in cfg:
     print("[rank0]: AssertionError: userbuffers: ub_comm init failed (stand-in)", flush=True)
     sys.exit(1)
 time.sleep(float(os.environ.get("STANDIN_SLEEP", "0")))
-ms = 500.0 * (1 + float(os.environ.get("STANDIN_NOISE", "0")) * ((os.getpid() * 7919) % 1000 / 1000 - 0.5)) * (1.0 if not cfg else 0.97 if cfg.endswith(".tp4.yaml") else 0.985)
+ms = 500.0 * (1 + float(os.environ.get("STANDIN_NOISE", "0")) * ((os.getpid() * 7919) % 1000 / 1000 - 0.5)) * (1.0 if not cfg else 0.97 if os.path.basename(cfg).startswith("tp_comm_overlap_cfg") else 0.985)
 shift = float(os.environ.get("STANDIN_LOSS_SHIFT", "0")) if "--tp-comm-overlap" in argv else 0.0
 for i in range(1, iters + 1):
     t = ms * (1 + 0.002 * ((i * 7 + seed + len(cfg)) % 5)) + (3000 if i == 1 else 0)

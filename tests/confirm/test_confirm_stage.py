@@ -36,7 +36,7 @@ def _checkout(tmp_path) -> Path:
 
 def _cmd(tmp_path, run, *args):
     return [sys.executable, "-m", "tptune", "confirm", str(run), "--launcher", LAUNCHER, "--megatron-lm",
-            str(_checkout(tmp_path)), "--iters", "12", *args]
+            str(_checkout(tmp_path)), "--iters", "12", "--tp", "2", *args]     # TP 2: two ranks a launch
 
 
 def _confirm(tmp_path, run, *args, **env):
@@ -53,7 +53,7 @@ def test_rounds_rotate_over_the_four_arms_and_the_ratios_and_loss_are_recorded(t
     assert order == [(0, "set"), (0, "preset"), (0, "nemo"), (0, "none"),
                      (1, "preset"), (1, "nemo"), (1, "none"), (1, "set")]
     assert rec["settings"]["preset"]["preset"] == "nvidia_bf16_tp2" and rec["settings"]["nemo"]["preset"] == "nemo_tp4"
-    assert rec["tp"] == 4 and rec["layers"] == 2 and rec["group"]["mode"] == "fork"
+    assert rec["tp"] == 2 and rec["layers"] == 2 and rec["group"]["mode"] == "fork"
     assert all((run / x["log"]).is_file() for x in rec["launches"])
     r = rec["ratios"]["set/none"]
     assert r["rounds"] == 2 and 0.96 < r["ratio"] < 0.98        # the stand-in runs the set at 0.97 of none

@@ -25,7 +25,7 @@ def test_the_section_says_the_ratio_rounds_loss_and_layers_share(tmp_path):
     ck = tmp_path / "megatron-lm"             # a Megatron-LM "checkout" whose pretrain_gpt.py is the stand-in
     (ck / "megatron" / "training").mkdir(parents=True)
     (ck / "pretrain_gpt.py").write_text(f"import runpy\nrunpy.run_path({str(STANDIN)!r}, run_name='__main__')\n")
-    run_confirm(dst, rounds=3, max_rounds=3, iters=12, megatron_lm=str(ck), say=lambda *_: None,
+    run_confirm(dst, rounds=3, max_rounds=3, iters=12, megatron_lm=str(ck), say=lambda *_: None, tp=2,
                 launcher="{python} -m torch.distributed.run --nproc-per-node {nproc} --master-port {port} {entry}")
     md = confirm_section(env, RunDir(dst))
     assert md.startswith("## In Megatron-LM's training loop (2 layers)")
