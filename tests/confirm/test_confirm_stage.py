@@ -154,3 +154,19 @@ def test_a_machine_that_cannot_run_the_stage_says_why_and_the_workflows_rule_goe
     assert confirm_section(env, RunDir(run)).startswith(
         "## In Megatron-LM's training loop\n\nNot confirmed: the confirm stage cannot run on this machine")
     assert confirm_headline(RunDir(run)) == "**In Megatron-LM's training loop**: not confirmed (see its section below)."
+
+
+def test_ranks_that_cannot_import_the_entry_stop_the_stage_with_the_reason(tmp_path):
+    """tptune's own entry needs megatron.training and TE, which this CPU host lacks: the launch group's ranks
+    die at their imports, and the stage stops at once naming the import (exit 2; with --exit-zero confirm.json
+    says so), instead of starting a group for every launch."""
+    run = _copy(tmp_path)
+    (run / "confirm.json").unlink()
+    cmd = [sys.executable, "-m", "tptune", "confirm", str(run), "--launcher", LAUNCHER, "--iters", "12", "--tp", "2",
+           "--rounds", "1", "--max-rounds", "1"]
+    env = {**os.environ, "PYTHONPATH": ""}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 2 and "before they were ready" in p.stderr and "megatron" in p.stderr, p.stderr
+    assert p.stdout.count("  round 0") == 0 and not (run / "confirm" / "launches").exists()
+    p = subprocess.run(cmd + ["--exit-zero"], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and "before they were ready" in json.loads((run / "confirm.json").read_text())["not_run"]

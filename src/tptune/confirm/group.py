@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,8 +21,10 @@ import time
 from pathlib import Path
 
 from tptune.confirm.launch import LaunchResult, free_port, launch_result
+from tptune.confirm.megatron_log import error_lines
 
 RUNNER = Path(__file__).resolve().parent / "rank_runner.py"
+_EXCEPTION = re.compile(r"^[\w.]*(?:Error|Exception)\b.*:")      # "ModuleNotFoundError: No module named ..."
 GRACE_S = 60.0
 
 
@@ -58,6 +61,7 @@ class LaunchGroup:
         self.t0 = time.monotonic()
         self.startup_timeout_s = startup_timeout_s
         self.started = False
+        self.start_failure: str | None = None     # the ranks died before they were ready (an import failed)
         self.n = 0
 
     def alive(self) -> bool:
@@ -73,6 +77,10 @@ class LaunchGroup:
                 except ValueError:
                     pass             # being written
         return out
+
+    def ready(self) -> bool:
+        """Whether every rank finished its imports (its ready marker)."""
+        return all((self.queue / f"ready.rank{r}.json").is_file() for r in range(self.nproc))
 
     def import_s(self) -> float | None:
         p = self.queue / "ready.rank0.json"
@@ -105,6 +113,16 @@ class LaunchGroup:
                 time.sleep(0.5)
                 marks = self._markers(lid)
                 if len(marks) == self.nproc:
+                    break
+                if not self.ready():
+                    self._log.flush()
+                    text = self.log_path.read_text(errors="replace")
+                    lines = [x for x in error_lines(text, limit=40)
+                             if _EXCEPTION.match(x) and "ChildFailedError" not in x][:2] or \
+                        [x for x in text.splitlines() if x.strip()][-3:]
+                    self.start_failure = (f"the launch group's ranks exited (status {self.proc.returncode}) before "
+                                          "they were ready: " + " | ".join(lines))
+                    why = self.start_failure
                     break
                 why = f"the launch group exited (status {self.proc.returncode}) during the launch"
                 break

@@ -127,6 +127,8 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
                                     log_path=run.confirm_dir / "logs" / f"r{r}-{name}.log", rel_to=run.root,
                                     iters=iters, timed_from=timed_from,
                                     timing_name="timing.json" if script is None else None)
+                    if group.start_failure:
+                        raise available.ConfirmUnavailable(f"the confirm stage cannot run: {group.start_failure}")
                     if attempt or res.status == "ok" or group.mode() != "fork" or not _fork_broke_cuda(run, res):
                         break
                     say("  a forked launch could not use CUDA: every launch now starts a new interpreter (spawn)")
