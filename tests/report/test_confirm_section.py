@@ -8,7 +8,8 @@ import jinja2
 from conftest import ROOT
 from tptune.confirm.stage import run_confirm
 from tptune.records.run_dir import RunDir
-from tptune.report.confirm_section import ANCHOR, confirm_section, with_confirm_section
+from tptune.report.confirm_section import confirm_section, with_confirm_section
+from tptune.report.sections import ANCHOR
 from tptune.report.render import TEMPLATES
 
 RUN = ROOT / "results" / "tp24-llama3-70b-h200x4" / "rep1"

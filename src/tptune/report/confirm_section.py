@@ -7,8 +7,8 @@ import json
 import jinja2
 
 from tptune.records.run_dir import RunDir
+from tptune.report.sections import insert
 
-ANCHOR = "\n## How it was measured"
 HEADLINE_BEFORE = "\n**Load**"      # the answer card's paragraph the one-line headline goes before
 
 
@@ -97,11 +97,4 @@ def confirm_headline(run: RunDir) -> str:
 def with_confirm_section(text: str, section: str, headline: str = "") -> str:
     """``text`` (report.md) with ``section`` after the answer card (before "How it was measured") and
     ``headline`` in the card, before its list of files to load."""
-    if headline:
-        i = text.find(HEADLINE_BEFORE)
-        if i >= 0:
-            text = text[:i + 1] + headline + "\n\n" + text[i + 1:]
-    if not section:
-        return text
-    i = text.find(ANCHOR)
-    return text + "\n" + section if i < 0 else text[:i + 1] + section + text[i:]
+    return insert(text, section, headline, HEADLINE_BEFORE)

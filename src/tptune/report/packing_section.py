@@ -11,8 +11,8 @@ import jinja2
 
 from tptune.emit.packing import TITLES
 from tptune.records.run_dir import RunDir
+from tptune.report.sections import insert
 
-ANCHOR = "\n## How it was measured"
 HEADLINE_BEFORE = "\n**Model TP:"    # the answer card's paragraph the sentence goes before
 RULES = {"verl": "veRL", "slime": "slime", "fill": "Megatron-RL"}
 
@@ -114,11 +114,4 @@ def packing_headline(run: RunDir) -> str:
 def with_packing_section(text: str, section: str, headline: str = "") -> str:
     """``text`` (report.md) with ``headline`` in the answer card, before its model TP, and ``section`` after the
     card (before "How it was measured")."""
-    if headline:
-        i = text.find(HEADLINE_BEFORE)
-        if i >= 0:
-            text = text[:i + 1] + headline + "\n\n" + text[i + 1:]
-    if not section:
-        return text
-    i = text.find(ANCHOR)
-    return text + "\n" + section if i < 0 else text[:i + 1] + section + "\n" + text[i + 1:]
+    return insert(text, section, headline, HEADLINE_BEFORE)
