@@ -61,13 +61,15 @@ def test_rounds_rotate_over_the_four_arms_and_the_ratios_and_loss_are_recorded(t
     assert rec["loss_ok"] is True and rec["loss_failures"] == [] and rec["launch_failures"] == []
     assert rec["projected"]["set/nemo"]["kind"] == "projection" and rec["projected"]["set/nemo"]["layers"] == 80
     assert rec["stopped"] == "the round cap (2)" and rec["entry"].endswith("pretrain_gpt.py")
+    assert "over_budget" not in rec
     assert "set / nvidia_bf16_tp2: 0.98" in p.stdout and "projected to 80 layers" in p.stdout
 
 
 def test_rounds_are_added_until_the_target_and_an_unresolved_stage_says_what_it_would_need(tmp_path):
     run = _copy(tmp_path)
-    p = _confirm(tmp_path, run, "--rounds", "2", "--max-rounds", "5", "--target", "0.05")
+    p = _confirm(tmp_path, run, "--rounds", "2", "--max-rounds", "5", "--target", "0.05", "--budget", "1")
     rec = json.loads((run / "confirm.json").read_text())
+    assert "over the 1 s budget" in rec["over_budget"]          # the fewest rounds run even so, and it says so
     assert p.returncode == 0 and rec["rounds"] == 2 and rec["stopped"].startswith("resolved")
     assert rec["resolution"]["resolved"] is True
     p = _confirm(tmp_path, run, "--rounds", "2", "--max-rounds", "3", "--target", "1e-3", "--iters", "11",

@@ -159,6 +159,12 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
                        target=target, mc=mc)
     if pack:
         record["packed"] = {**pack, "tokens_per_s": tokens_per_second(pack, launches)}
+    fewest = (sum(walls) / len(walls)) * len(names) * rounds if walls else None
+    if fewest is not None and fewest > budget_s:
+        record["over_budget"] = (f"the fewest rounds alone ({rounds} x {len(names)} launches of {fewest / len(names) / rounds:.0f} s) "
+                                 f"take about {fewest:.0f} s, over the {budget_s:.0f} s budget: fewer layers (--layers) "
+                                 "or micro-batches (--micro-batches) a launch would bring them under it")
+        say(f"confirm: {record['over_budget']}")
     record.update({"entry": entry, "max_rounds": max_rounds, "budget_s": budget_s, "stopped": stop_why,
                    "group": {"mode": mode, "import_s": import_s}, "key": key,
                    "wall_s": round(time.monotonic() - t0, 1)})
