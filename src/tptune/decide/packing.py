@@ -69,7 +69,7 @@ def read_rounds(sessions: dict[int, Session], tp: int, settings: dict, forward_p
                 row.setdefault("ratios", {})[key] = None if r is None else {
                     **r.to_dict(), "words": classify_ratio(r.to_dict(), floor)}
         rows.append(row)
-        bad = [c.id for c in [*capacity_cases(tp, cap, settings).values(), *native.values()]
+        bad = [c.id for c in [*cases.values(), *native.values()]
                if not (pts.get(c.id) is not None and pts[c.id].ok)]
         if bad:
             problems.append(f"T = {cap}: not measured: {', '.join(bad)}")

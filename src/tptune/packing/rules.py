@@ -322,12 +322,6 @@ def summarize(steps: Iterable[Step]) -> dict:
     }
 
 
-def micro_batch_tokens(steps: Iterable[Step]) -> np.ndarray:
-    """Every micro-batch's padded token count, step after step (the native batching's token counts, which
-    the no-overlap fit is evaluated at)."""
-    return np.array([mb.padded for s in steps for mb in s.micro_batches], dtype=np.int64)
-
-
 def overshoot(steps: Iterable[Step], max_token_len: int) -> float:
     """Share of micro-batches whose real tokens exceed ``max_token_len`` (veRL's partition does not bound it)."""
     real = np.array([mb.real for s in steps for mb in s.micro_batches], dtype=np.int64)
