@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from tptune.search.knob_rule import EFFECT, RECORD, committed, derive, describe  # noqa: E402
+from tptune.search.knob_rule import EFFECT, RECORD, committed, derive_from, describe, group_blocks  # noqa: E402
 from tptune.te.methods import ALL_GROUPS, PROVEN_GROUPS  # noqa: E402
 
 _DIFF = re.compile(r"(?P<gemm>\w+_(fprop|dgrad|wgrad))\.(?P<knob>\w+) (?P<old>\S+)\u2192(?P<new>\S+)")
@@ -116,13 +116,14 @@ def main(argv=None) -> int:
     print(f"knob steps, rounds used: {rounds['rounds_used']}")
     print(f"knob steps resolved at round: {rounds['resolved_at']}")
     print(f"(min_rounds, max_rounds) of those sessions: {rounds['budgets']}")
-    rec = derive(results)
+    blocks = group_blocks(results)   # every knob session read once, for the rule at each effect
+    rec = derive_from(blocks)
     print(f"the rule (tptune.search.knob_rule), over {rec['runs']} runs with a knob search: kept / incumbent pooled "
           f"per group, in the default where its interval lies below {1 - EFFECT:.2f}:")
     for g in ALL_GROUPS:
         print(f"  {describe(g, rec['groups'][g])}{'  <- default' if rec['groups'][g]['default'] else ''}")
     for e in (EFFECT / 2, EFFECT * 2):
-        print(f"  at an effect of {e:.1%} the rule would keep {derive(results, e)['default']}")
+        print(f"  at an effect of {e:.1%} the rule would keep {derive_from(blocks, e)['default']}")
     print(f"the rule's default groups:          {rec['default']}")
     print(f"tptune.te.methods.PROVEN_GROUPS:      {list(PROVEN_GROUPS)}  (tptune/data/{RECORD})"
           + ("" if rec == committed() else f"   <- the committed record differs: python {Path(__file__).name} --write"))

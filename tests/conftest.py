@@ -1,11 +1,27 @@
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
+CPU_RUN = FIXTURES / "cpu" / "tiny-default"
+
+
+def rederived(tmp_path, src=CPU_RUN, edit=None):
+    """A scratch copy of the run ``src`` (``edit``-ed, if given) re-derived with `tptune rederive`:
+    (its folder, its report.md)."""
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    if edit:
+        edit(run)
+    p = subprocess.run([sys.executable, "-m", "tptune", "rederive", str(run)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return run, (run / "report.md").read_text()
 
 
 def copy_workflow(dst: Path) -> Path:

@@ -5,25 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 
 import yaml
-from conftest import FIXTURES, ROOT
-
-RUN = FIXTURES / "cpu" / "tiny-default"
-
-
-def _rederived(tmp_path, edit=None):
-    run = tmp_path / "run"
-    shutil.copytree(RUN, run)
-    if edit:
-        edit(run)
-    p = subprocess.run([sys.executable, "-m", "tptune", "rederive", str(run)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return run, (run / "report.md").read_text()
+from conftest import rederived
 
 
 def _scale_rounds(run_json, factor, rounds=None):
@@ -49,7 +33,7 @@ def _set_rounds(run_json, values):
 def test_the_written_chunk_map_is_the_block_level_winner(tmp_path):
     """Every op chose no overlap, so the chunk map holds 1 for every shape. Before: the block named chunked.n2
     (the block measured beside the per-op choices) its winner and 'the written file' beside that map."""
-    run, report = _rederived(tmp_path)
+    run, report = rederived(tmp_path)
     cc = yaml.safe_load((run / "chunked_cfg.tp2.yaml").read_text())["customized_cc"]
     assert set(cc.values()) == {1}
     layer = json.loads((run / "layer/tp2.json").read_text())
@@ -66,7 +50,8 @@ def test_the_written_chunk_map_is_the_block_level_winner(tmp_path):
 def test_a_chunked_block_that_beats_no_overlap_is_the_map_written(tmp_path):
     """Where the block's chunked.n2 beats no overlap beyond the noise (its rounds made 30% faster), the map
     holds it for every shape, as te's file holds the block-level winner."""
-    run, report = _rederived(tmp_path, lambda r: _scale_rounds(r / "sessions/layer/tp2/chunked.n2/run.json", 0.7))
+    run, report = rederived(tmp_path,
+                            edit=lambda r: _scale_rounds(r / "sessions/layer/tp2/chunked.n2/run.json", 0.7))
     layer = json.loads((run / "layer/tp2.json").read_text())
     assert layer["winner"] == "layer-tp2-chunked.n2", layer["reason"]
     cc = yaml.safe_load((run / "chunked_cfg.tp2.yaml").read_text())["customized_cc"]
@@ -84,7 +69,7 @@ def _row(report, header, op):
 def test_the_bound_is_one_figure_without_its_burn_in_round(tmp_path):
     """qkv's bound ran 4 rounds, the first (17.97 ms) a burn-in. Before: 11.041 ms in the answer per op,
     11.646 (the burn-in kept) in the comparison and limits tables and the model-level sum."""
-    run, report = _rederived(tmp_path)
+    run, report = rederived(tmp_path)
     rounds = json.loads((run / "sessions/qkv/tp2/point/nocomm/run.json").read_text())["timing"]["total_ms"]["rounds"]
     assert len(rounds) == 4 and rounds[0] > max(rounds[1:])
     answer = _row(report, "## Answer per op", "qkv")[8]
@@ -100,7 +85,7 @@ def test_a_ratio_the_noise_cannot_support_is_undecided(tmp_path):
     """fc1's bound kept two rounds after its burn-in: bound / no overlap 0.766 [0.102, 5.766] (1 degree of
     freedom). Before: printed as that figure in the first screen's table (and drawn on the summary figure,
     its axis to 6; on a loaded machine 0.418 [0.000, 8514.187] and an axis to 8500)."""
-    _, report = _rederived(tmp_path)
+    _, report = rederived(tmp_path)
     first = report.split("## How it was measured")[0]
     fc1 = _row(first, "| group | TP |", "fc1")
     assert fc1[5].startswith("undecided (2 rounds: too noisy for a figure"), fc1
@@ -117,7 +102,7 @@ def test_a_share_the_noise_cannot_support_is_undecided(tmp_path):
         _set_rounds(block / "none/run.json", [214.0, 540.0, 216.0, 219.0])
         _set_rounds(block / "chunked.n2/run.json", [246.0, 248.0, 244.0, 250.0])
         _set_rounds(block / "nocomm/run.json", [170.0, 160.0, 161.0, 159.0])
-    run, report = _rederived(tmp_path, loaded)
+    run, report = rederived(tmp_path, edit=loaded)
     account = report.split("## Where the block's time above its bound goes")[1].split("## Plan")[0]
     ref = re.search(r"`chunked\.n2` [0-9.]+× \((.*?)\)\.\n", account, re.S)
     assert ref and ref.group(1).startswith("undecided ("), account
@@ -131,7 +116,7 @@ def test_what_limits_an_op_agrees_with_its_timed_rounds(tmp_path):
         _scale_rounds(run / "sessions/qkv/tp2/point/nocomm/run.json", 2.2)
         cfg = json.loads((run / "config.json").read_text())   # TP 2 alone: the edit leaves TP 4 unmeasured
         (run / "config.json").write_text(json.dumps({**cfg, "tp_sizes": [2]}))
-    _, report = _rederived(tmp_path, slower_bound)
+    _, report = rederived(tmp_path, edit=slower_bound)
     limit = _row(report, "## Where each op's time above its bound goes", "qkv")[8]
     assert limit.startswith("not told: the profiled steps read 3.177 ms above the bound, the timed rounds at or "
                             "below it (0.96× it)"), limit
@@ -147,7 +132,7 @@ def test_every_percentage_above_100_is_defined_where_it_stands(tmp_path):
                   for op in ("qkv", "proj", "fc1")]
         rec["canary"]["ms"] = min(others) * 2.149
         f.write_text(json.dumps(rec))
-    _, report = _rederived(tmp_path, drift)
+    _, report = rederived(tmp_path, edit=drift)
     first = report.split("## How it was measured")[0]
     m = re.search(r"the drift canary moved ([0-9.]+)% over the run \(max/min − 1 of its times: its slowest "
                   r"([0-9.]+)× its fastest\)", first)
@@ -160,7 +145,7 @@ def test_every_percentage_above_100_is_defined_where_it_stands(tmp_path):
 def test_fwd_and_bwd_say_why_they_do_not_add_up(tmp_path):
     """qkv's chosen setting (no overlap) reads fwd 6.109 + bwd 14.918 = 21.027 ms beside fwd+bwd 19.543 ms:
     each a median of its own rounds. Before: nothing said so."""
-    _, report = _rederived(tmp_path)
+    _, report = rederived(tmp_path)
     row = _row(report, "## Answer per op", "qkv")
     assert float(row[3]) + float(row[4]) > float(row[5])
     table = report.split("## Answer per op")[1].split("## Model-level TP")[0]

@@ -5,24 +5,8 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 
-from conftest import FIXTURES, ROOT
-
-CPU = FIXTURES / "cpu" / "tiny-default"
-
-
-def _rederived(tmp_path, src=CPU, edit=None):
-    run = tmp_path / "run"
-    shutil.copytree(src, run)
-    if edit:
-        edit(run)
-    p = subprocess.run([sys.executable, "-m", "tptune", "rederive", str(run)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return run, (run / "report.md").read_text()
+from conftest import ROOT, rederived
 
 
 def _edit(run_json, fn):
@@ -50,7 +34,7 @@ def test_a_block_setting_failing_the_numerics_at_any_tp_is_a_failure(tmp_path):
         c = rec["correctness"]
         c["ok"], c["failed"] = False, ["input_grad"]
         c["summary"]["input_grad"].update(ok=False, l2_ratio=3.0)
-    _, report = _rederived(tmp_path, edit=lambda r: _edit(r / "sessions/layer/tp2/chunked.n2/run.json", wrong))
+    _, report = rederived(tmp_path, edit=lambda r: _edit(r / "sessions/layer/tp2/chunked.n2/run.json", wrong))
     assert "| `chunked.n2` |" in report and "**FAILED**" in report
     assert "- Failures: none." not in report
     assert "- Failures: 1 block setting(s) failed the numerics check (`layer-tp2-chunked.n2`" in report
@@ -60,7 +44,7 @@ def test_bound_fault_is_said_only_where_the_confidence_counts_one(tmp_path):
     """fp8-llama3-70b-x2's fc1 bound reads 0.995 [0.961, 1.029] of no overlap: at it within the noise, no
     fault. Before: its TP line said "bound fault" (its medians 9.728 against 9.721) beside "Faults: no bound
     fault." under Confidence."""
-    _, report = _rederived(tmp_path, ROOT / "results" / "fp8-llama3-70b-x2")
+    _, report = rederived(tmp_path, ROOT / "results" / "fp8-llama3-70b-x2")
     assert "- Faults: no bound fault." in _confidence(report)
     assert "bound fault" not in report.replace("- Faults: no bound fault.", "")
 
@@ -69,7 +53,7 @@ def test_a_fault_is_slower_beyond_the_noise(tmp_path):
     """fc1's chunked.n2 made faster (its rounds × 0.797) so the bound reads 1.030 [0.595, 1.785] of it over
     two rounds, while the bound reads 0.766 of no overlap. Before: listed as a bound fault (its estimate above
     1 + the margin), "(fault)" on a bound 23% faster than no overlap, and one fault counted under Confidence."""
-    _, report = _rederived(tmp_path, edit=lambda r: _scale(r / "sessions/fc1/tp2/point/chunked.n2/run.json",
+    _, report = rederived(tmp_path, edit=lambda r: _scale(r / "sessions/fc1/tp2/point/chunked.n2/run.json",
                                                            0.821 / 1.03))
     listed = re.findall(r"- `[^`]+` above `[^`]+`: ratio ([0-9.]+) \[([0-9.]+), ([0-9.]+)\]", report)
     assert all(float(lo) > 1 for _, lo, _ in listed), listed
@@ -82,7 +66,7 @@ def test_the_cpu_runs_set_is_neither_proven_nor_handed_out(tmp_path):
     TP=2" and "undecided: layer-tp2-chunked.n2" in its stop. Before: its set "proven on the block". And the set
     is chunked_cfg.tp2.yaml, the torch backend's chunk map, which `tptune check` refuses ("unknown GEMM").
     Before: "If you must train with tensor parallelism anyway, take that TP's own files" naming it."""
-    run, report = _rederived(tmp_path)
+    run, report = rederived(tmp_path)
     assert "tuned undecided" in report
     assert "proven on the block" not in report
     s = json.loads((run / "decisions.json").read_text())["meta"]["files"]["sets"]["2"]

@@ -28,9 +28,9 @@ from tptune.decide.tp_point import best_at, ub_cfgs_at
 from tptune.model.ops import Gemm, op_gemms
 from tptune.records.layer_result import LayerResult
 from tptune.records.run_dir import RunDir
+from tptune.stats.wording import UNDECIDED, classify_ratio
 from tptune.te import megatron_flags as mf
 from tptune.te import ubcfg
-from tptune.stats.wording import UNDECIDED, classify_ratio
 from tptune.te.check import check_pair
 
 TE_FILES = {"ub_cfgs_yaml": "tp_comm_overlap_cfg{}.yaml", "megatron_flags": "megatron_flags{}.txt",

@@ -72,7 +72,11 @@ def derive(results: Path, effect: float = EFFECT) -> dict:
     """The rule applied over every committed knob run under ``results``: per group its sessions, the
     sessions that moved, the runs, the pooled kept / incumbent and whether it is in the default; the
     default groups in ALL_GROUPS' order (the search's)."""
-    blocks = group_blocks(results)
+    return derive_from(group_blocks(results), effect)
+
+
+def derive_from(blocks: dict[str, dict], effect: float = EFFECT) -> dict:
+    """derive over ``blocks`` already read (group_blocks), so one read serves several effects."""
     groups = {}
     for name, g in blocks.items():
         p = pooled_ratio(g["blocks"])
