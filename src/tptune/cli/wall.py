@@ -77,9 +77,8 @@ def write_plan_estimate(s, run: RunDir) -> dict | None:
 def measured_already(s, names) -> set[str]:
     """The sessions among ``names`` the run's folder holds finished (session.json) with the measurement settings
     the run config gives them now (search.measurement.settings_unchanged): what a rerun keeps."""
-    import json
-
-    from tptune.records.run_dir import is_packed_session
+    from tptune.records.load import read_json
+    from tptune.records.run_dir import SESSION_JSON, is_packed_session
     from tptune.search import packed
     from tptune.search.measurement import settings_unchanged
 
@@ -87,7 +86,7 @@ def measured_already(s, names) -> set[str]:
     out = set()
     for name in names:
         try:
-            rec = json.loads((run.sessions / name / "session.json").read_text())
+            rec = read_json(run.sessions / name / SESSION_JSON)
         except (OSError, ValueError):
             continue
         same = packed.settings_unchanged if is_packed_session(name) else settings_unchanged

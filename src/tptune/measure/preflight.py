@@ -9,8 +9,7 @@ from pathlib import Path
 
 from tptune.errors import ConfigError, TptuneError
 from tptune.measure import nvml
-from tptune.measure.gpupool import pool_folder
-from tptune.measure.gpupool import available_ids, cpu_slot_ids, slurm_allocation
+from tptune.measure.gpupool import available_ids, cpu_slot_ids, pool_folder, slurm_allocation
 from tptune.model.plan import cpu_size_ratio
 from tptune.settings.resolve import Host, Settings, resolve
 from tptune.te.fp8 import device_capability, recipe_device_problem

@@ -51,13 +51,13 @@ def _unmeasurable(k: str, v) -> str | None:
     return f"{v}: expected a time in ms above 0" if v <= 0 else None
 
 
-def _check_numbers(where: str, k: str, v) -> None:
-    """errors.RecordError naming ``where``.``k`` where ``v`` (a number or a list of them, as recorded) holds
-    one no clock gives."""
+def _check_numbers(field: str, k: str, v) -> None:
+    """errors.RecordError naming ``field`` where ``v`` (timing figure ``k``: a number or a list of them, as
+    recorded) holds one no clock gives."""
     for x in (v if isinstance(v, list) else [v]):
         why = _number(x) and _unmeasurable(k, x)
         if why:
-            raise RecordError(f"{where}.{k}: {why}")
+            raise RecordError(f"{field}: {why}")
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class TimingSummary:
             typed[k] = None if v is None else tuple(v)
         other = {k: v for k, v in d.items() if k not in _NUMBERS and k not in _SERIES}
         for k, v in d.items():   # mean, min, max, q1, q3, iter_median too: decisions.json carries them
-            _check_numbers(where, k, v)
+            _check_numbers(f"{where}.{k}", k, v)
         return cls(**typed, other=other, layout=tuple(d))
 
     def to_dict(self) -> dict:
@@ -184,10 +184,7 @@ class MeasuredPoint:
                   for m, v in raw_timing.items() if isinstance(v, dict)}
         for m, v in raw_timing.items():
             if m not in timing:   # per_rank_median_total_ms: per rank, a time
-                why = next((w for x in (v if isinstance(v, list) else [v]) if _number(x)
-                            for w in [_unmeasurable(m, x)] if w), None)
-                if why:
-                    raise RecordError(f"{source}: field 'timing.{m}': {why}")
+                _check_numbers(f"{source}: field 'timing.{m}'", m, v)
         return cls(case=d["case"], status=d["status"], session=d.get("session"), timing=timing,
                    timing_other={m: v for m, v in raw_timing.items() if m not in timing},
                    **{k: d.get(k) for k in _RECORDS},

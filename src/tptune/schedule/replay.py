@@ -115,11 +115,10 @@ def recorded_model(run: RunDir) -> ModelConfig | None:
     session recorded; None where neither is there."""
     if run.model_json.is_file():
         rec, source = read_json(run.model_json), str(run.model_json)
+    elif first := next(iter(run.session_jsons()), None):
+        rec, source = (read_json(first).get("settings") or {}).get("model"), str(first)
     else:
         rec, source = None, ""
-        for sj in run.session_jsons():
-            rec, source = (read_json(sj).get("settings") or {}).get("model"), str(sj)
-            break
     if not isinstance(rec, dict) or not isinstance(rec.get("model"), dict):
         return None
     try:
