@@ -17,7 +17,7 @@ def _group(tmp_path, nproc=2):
     script = tmp_path / "launch.py"
     # each launch's argv is one line of Python the stand-in script runs (the rank runner's path entry)
     script.write_text("import sys\nexec(sys.argv[1])\n")
-    env = {k: v for k, v in launch_env(dict(os.environ), "").items() if k != "TMPDIR"}
+    env = launch_env(dict(os.environ))
     return LaunchGroup(lambda port, q: launcher_argv(nproc, port) + [q, "--entry", str(script)], env, nproc,
                        startup_timeout_s=120)
 

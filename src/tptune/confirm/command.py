@@ -127,12 +127,13 @@ def launcher_argv(nproc: int, port: int, entry: str | Path = RUNNER, python: str
             "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(port), str(entry)]
 
 
-def launch_env(base: dict[str, str], tmp: str | Path) -> dict[str, str]:
-    """The environment of one launch: ``base`` without what a setting must not inherit, the machines'
-    required variables, and its own temp folder (TMPDIR), so nothing one launch leaves is seen by the next."""
+def launch_env(base: dict[str, str], tmp: str | Path | None = None) -> dict[str, str]:
+    """The environment of the launches: ``base`` without what a setting must not inherit, and the machines'
+    required variables; ``tmp``: a temp folder (TMPDIR) of its own (the launch group gives each launch one)."""
     env = {k: v for k, v in base.items() if k not in DROPPED_ENV}
     env.update(LAUNCH_ENV)
-    env["TMPDIR"] = str(tmp)
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     return env
 
 

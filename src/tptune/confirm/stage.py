@@ -1,6 +1,8 @@
-"""The confirm stage: the emitted set, the best NVIDIA preset and no overlap in Megatron-LM's own training loop,
-launches alternating in rounds (each setting takes each position: stats.rounds.rotation), each launch a fresh
-process group; then the paired iteration-time ratios and the loss rule (confirm.compare), into confirm.json."""
+"""The confirm stage: the emitted set, the best NVIDIA preset, ``nemo_tp4`` and no overlap in Megatron-LM's own
+training loop, launches alternating in rounds (each arm takes each position: stats.rounds.rotation), each a fresh
+training process of a launch group (confirm.group), kept as it finishes (confirm.store), rounds added until the
+headline ratios resolve or the budget ends (confirm.stopping); then the paired iteration-time ratios and the loss
+rule (confirm.compare), into confirm.json."""
 from __future__ import annotations
 
 import json
@@ -80,8 +82,7 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
     names = [s.name for s in arms]
     entry = "tptune" if script is None else str(script)
     key = stage_key({"base": base, "own": own, "entry": entry, "tp": tp, "iters": iters,
-                     "arms": {s.name: s.flags for s in arms},
-                     "bins": json.loads(bins_file.read_text()) if pack else None})
+                     "arms": {s.name: s.flags for s in arms}})
     store = LaunchStore(run.confirm_dir / "launches", key)
     launches = store.load(say)
     decisions = _decisions(run)
@@ -93,8 +94,7 @@ def run_confirm(run_root: str | Path, *, rounds: int = DEFAULTS["rounds"], layer
         f"{'tptune (confirm.trainer)' if script is None else script}"
         + (f"; {len(launches)} launches kept from a cut stage" if launches else ""))
     group: LaunchGroup | None = None
-    env = launch_env(dict(os.environ), "")
-    env.pop("TMPDIR", None)
+    env = launch_env(dict(os.environ))
     walls: list[float] = [x["wall_s"] for x in launches]
     stop_why = None
     try:

@@ -17,16 +17,20 @@ from tptune.errors import ConfigError
 
 
 def stage_key(parts: dict) -> str:
-    """The digest of ``parts`` (JSON-able), with every existing file an argument names hashed by content."""
-    def files(argv):
-        out = {}
-        for a in argv:
-            p = Path(a)
-            if a.startswith("/") and p.is_file():
-                out[a] = hashlib.sha256(p.read_bytes()).hexdigest()
-        return out
-    extra = {name: files(flags) for name, flags in parts.get("arms", {}).items()}
-    blob = json.dumps({**parts, "files": extra}, sort_keys=True, default=str)
+    """The digest of ``parts`` (JSON-able), with every existing file an argument anywhere in it names (an overlap
+    cfg, the packed bins) hashed by content."""
+    def args(x):
+        if isinstance(x, str):
+            yield x
+        elif isinstance(x, dict):
+            for v in x.values():
+                yield from args(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                yield from args(v)
+    files = {a: hashlib.sha256(Path(a).read_bytes()).hexdigest() for a in sorted(set(args(parts)))
+             if a.startswith("/") and Path(a).is_file()}
+    blob = json.dumps({**parts, "files": files}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
