@@ -124,8 +124,10 @@ def _block_members(s: Settings) -> int:
     return 3 + int(bound) + len(s.search.te_presets or [])   # none, [nocomm], ub.te, presets, tuned
 
 
-def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession], list[PlannedSession]]:
-    """The sessions the run will plan (module doc), as the scheduler's sessions and as costed."""
+def planned_sessions(s: Settings, table: dict, packed_plan: tuple | None = None
+                     ) -> tuple[list[ms.MeasuredSession], list[PlannedSession]]:
+    """The sessions the run will plan (module doc), as the scheduler's sessions and as costed; ``packed_plan``:
+    search.packed.planned(s) where the caller has it already (it reads the lengths file)."""
     out: list[PlannedSession] = []
 
     def add(name: str, tp: int, kind: str, members: int, budget: int | None, lo: int | None, scale: float = 1.0):
@@ -151,7 +153,7 @@ def planned_sessions(s: Settings, table: dict) -> tuple[list[ms.MeasuredSession]
             add(f"{op}/tp{tp}/point", tp, "points", len(members), t.max_rounds, t.min_rounds)
         if s.layer.enabled:
             add(f"layer/tp{tp}", tp, "blocks", _block_members(s), s.timing.max_rounds, s.timing.min_rounds)
-    ptp, pk, _ = packed.planned(s)        # workload.packing: after the decisions (search.packed)
+    ptp, pk, _ = packed_plan or packed.planned(s)     # workload.packing: after the decisions (search.packed)
     for cap, tokens in pk:
         add(packed_session_name(ptp, cap), ptp, "blocks", len(tokens), s.timing.max_rounds, s.timing.min_rounds,
             packed_scale(s, tokens))
@@ -213,7 +215,8 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None,
     measured (the dry run of a run under way), left out with what waits for them."""
     table = table if table is not None else load_table()
     gpus = int(gpus or s.gpus_per_node)
-    sessions, planned = planned_sessions(s, table)
+    packed_plan = packed.planned(s)
+    sessions, planned = planned_sessions(s, table, packed_plan)
     deps = ms.dependencies(sessions)
     measured = sum(1 for x in planned if x.name in done)
     if measured:
@@ -240,7 +243,7 @@ def estimate(s: Settings, gpus: int | None = None, table: dict | None = None,
     if s.device != "cuda" and (r := cpu_scale(s, min(s.tp_sizes))) > 1:
         notes.append(f"on CPU each member-round costed {r:.0f}× the fit's: the model's GEMM work per iteration over "
                      "the CPU default's")
-    ptp, pcaps, pnote = packed.planned(s)
+    ptp, pcaps, pnote = packed_plan
     if pcaps:
         notes.append(f"{len(pcaps)} packed block sessions (workload.packing: T = {', '.join(str(c) for c, _ in pcaps)}, "
                      f"each beside the native points) counted at TP {ptp} (the model TP is known only after the "
